@@ -1,0 +1,138 @@
+//! `redquorum`: the command-line tool.
+//!
+//! ```text
+//! redquorum --nodes redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 check
+//! ```
+//! Without `--nodes` the list comes from `REDQUORUM_NODES`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use redquorum::{Client, Config, SafetyMode};
+
+#[derive(Parser, Debug)]
+#[command(name = "redquorum", version, about = "Coordination over N independent Redis nodes with majority quorums")]
+struct Cli {
+    /// Comma-separated node URLs (redis:// or rediss://). Defaults to $REDQUORUM_NODES.
+    #[arg(long, global = true, env = "REDQUORUM_NODES", hide_env_values = true)]
+    nodes: Option<String>,
+
+    /// Per-node deadline for one request, like 250ms or 1s.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    node_timeout: Option<Duration>,
+
+    /// Development only: let nodes that fail safety checks vote.
+    #[arg(long, global = true)]
+    permissive: bool,
+
+    /// State that every node runs `appendfsync always` when CONFIG GET is not allowed.
+    #[arg(long, global = true)]
+    attest_fsync_always: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check every node's safety (AOF, fsync policy, eviction policy, duplicates). Exit 0 only
+    /// if every node is reachable and safe.
+    Check,
+    /// PING every node; exit 0 if a majority of voting nodes answered.
+    Ping,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 2s, 1m)"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("REDQUORUM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("redquorum: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
+    let mut config = match &cli.nodes {
+        Some(list) => Config::from_list(list)?,
+        None => Config::from_env()?,
+    };
+    if let Some(t) = cli.node_timeout {
+        config = config.with_node_timeout(t).with_connect_timeout(t);
+    }
+    if cli.permissive {
+        config = config.with_safety(SafetyMode::Permissive);
+    }
+    config = config.with_fsync_always_attested(cli.attest_fsync_always);
+    let client = Client::connect(config).await?;
+    match cli.command {
+        Command::Check => Ok(check(&client).await),
+        Command::Ping => {
+            let tally = client.ping().await?;
+            println!(
+                "{} of {} nodes answered ({} needed) in {:.1} ms",
+                tally.applied(),
+                tally.majority().nodes(),
+                tally.majority().needed(),
+                tally.elapsed().as_secs_f64() * 1e3
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn check(client: &Client) -> ExitCode {
+    let reports = client.check().await;
+    let url_width = reports.iter().map(|r| r.url.len()).max().unwrap_or(3).max(3);
+    println!("{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} findings", "node", "url", "status", "votes", "version", "latency", "run_id");
+    let mut all_safe = true;
+    for r in &reports {
+        let safe = r.is_safe();
+        all_safe &= safe;
+        let (version, latency, run_id) = match &r.probe {
+            Some(p) => (
+                p.version.clone().unwrap_or_else(|| "?".into()),
+                format!("{:.2}ms", p.latency.as_secs_f64() * 1e3),
+                p.run_id.as_deref().and_then(|id| id.get(..8)).unwrap_or("?").to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {}",
+            r.node.to_string(),
+            r.url,
+            if safe { "OK" } else if r.probe.is_none() { "DOWN" } else { "UNSAFE" },
+            if r.votes { "yes" } else { "no" },
+            version,
+            latency,
+            run_id,
+            r.summary()
+        );
+    }
+    let n = reports.len();
+    let voting = reports.iter().filter(|r| r.votes).count();
+    let needed = client.majority().needed();
+    println!(
+        "{voting} of {n} nodes vote; a majority needs {needed}; {}",
+        if all_safe { "all nodes safe" } else { "NOT all nodes are safe and reachable" }
+    );
+    if all_safe {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

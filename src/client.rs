@@ -1,0 +1,299 @@
+//! [`Client`]: the configured set of nodes, their safety verdicts, and the way every quorum
+//! operation reaches them.
+//!
+//! Architecture invariant: every request to a node goes through [`Client::fan_out`] (which
+//! uses the one fan-out primitive in [`crate::quorum`]) or, for the safety check, straight
+//! through that primitive. Nothing else sends to nodes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+use crate::config::{Config, SafetyMode};
+use crate::error::{Error, NoQuorum};
+use crate::node::Node;
+use crate::quorum::fanout::{self, NodeCall, Wait};
+use crate::quorum::{Majority, NodeId, NodeOutcome, Tally, UnknownCause};
+use crate::safety::{duplicate_servers, Finding, NodeReport, Severity};
+
+/// A handle on N independent Redis nodes. Cheap to clone; clones share connections.
+///
+/// Build it with [`Client::connect`]. It never fails because nodes are down: connections are
+/// opened lazily, re-opened after failures, and a minority of absent nodes is expected.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    nodes: Vec<Arc<Node>>,
+    urls: Vec<String>,
+    majority: Majority,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("nodes", &self.inner.urls)
+            .field("majority", &self.inner.majority.needed())
+            .field("safety", &self.inner.config.safety)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Validate `config`, log its warnings, and open connections to every node concurrently
+    /// (waiting at most one node timeout). Unreachable nodes are not an error here: they are
+    /// retried on every operation.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the configuration is invalid.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the half-built client.
+    pub async fn connect(config: Config) -> Result<Client, Error> {
+        config.validate()?;
+        for w in config.warnings() {
+            tracing::warn!("{w}");
+        }
+        let mut nodes = Vec::with_capacity(config.nodes.len());
+        for (i, url) in config.nodes.iter().enumerate() {
+            let node = Node::new(NodeId(i), url.clone(), config.connect_timeout).map_err(|reason| {
+                Error::Config(crate::ConfigError::MalformedUrl {
+                    index: i,
+                    url: url.to_string(),
+                    reason,
+                })
+            })?;
+            nodes.push(Arc::new(node));
+        }
+        let client = Client {
+            inner: Arc::new(Inner {
+                majority: Majority::of(nodes.len()),
+                urls: config.nodes.iter().map(ToString::to_string).collect(),
+                config,
+                nodes,
+            }),
+        };
+        let warmup = client
+            .fan_out("connect", Wait::All, |_, _| async { Ok(NodeOutcome::Applied(())) })
+            .await;
+        tracing::debug!(reachable = warmup.applied(), "client connected");
+        Ok(client)
+    }
+
+    /// The majority of the configured nodes.
+    pub fn majority(&self) -> Majority {
+        self.inner.majority
+    }
+
+    /// The configuration this client was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Redacted URLs of the nodes, in node order.
+    pub fn node_urls(&self) -> &[String] {
+        &self.inner.urls
+    }
+
+    /// PING every node; succeeds when a majority of the configured nodes that are allowed to
+    /// vote answered.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] naming each node's problem.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe (a PING has no effect).
+    pub async fn ping(&self) -> Result<Tally<()>, Error> {
+        let tally = self
+            .fan_out("ping", Wait::Decided, |_, mut conn| async move {
+                redis::cmd("PING").query_async::<String>(&mut conn).await?;
+                Ok(NodeOutcome::Applied(()))
+            })
+            .await;
+        self.require_majority("ping", tally, |_| String::new())
+    }
+
+    /// Probe every node now (PING, INFO, CONFIG GET) and report its findings, in node order.
+    ///
+    /// Strict mode excludes a node from every majority while it has an [`Severity::Unsafe`]
+    /// finding; the `votes` field of each report says whether it currently counts.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn check(&self) -> Vec<NodeReport> {
+        let calls: Vec<(NodeId, NodeCall<()>)> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| {
+                let id = node.id;
+                let node = node.clone();
+                let call: NodeCall<()> = Box::pin(async move {
+                    match node.reprobe().await {
+                        Ok(_) => NodeOutcome::Applied(()),
+                        Err(cause) => NodeOutcome::Unknown(cause),
+                    }
+                });
+                (id, call)
+            })
+            .collect();
+        let tally = fanout::fan_out("check", self.inner.majority, self.inner.config.node_timeout, Wait::All, calls).await;
+        tally
+            .results()
+            .iter()
+            .map(|r| {
+                let mut report = self.report(r.node.0);
+                if let NodeOutcome::Unknown(cause) = &r.outcome {
+                    report.probe = None;
+                    let why = match cause {
+                        UnknownCause::Unreachable(e) => e.clone(),
+                        other => other.to_string(),
+                    };
+                    report.findings = vec![Finding::Unreachable(why)];
+                    report.votes = false;
+                }
+                report
+            })
+            .collect()
+    }
+
+    /// Build node `i`'s report from its latest probe.
+    fn report(&self, i: usize) -> NodeReport {
+        let inner = &self.inner;
+        let max_age = inner.config.recheck_interval;
+        let snapshots: Vec<_> = inner.nodes.iter().map(|n| n.snapshot(max_age)).collect();
+        let run_ids: Vec<Option<&str>> = snapshots
+            .iter()
+            .map(|(p, _, _)| p.as_ref().and_then(|p| p.run_id.as_deref()))
+            .collect();
+        let duplicates = duplicate_servers(&run_ids);
+        let (probe, restarted_from, _) = snapshots.get(i).cloned().unwrap_or((None, None, true));
+        let mut findings = match &probe {
+            Some(p) => p.findings(inner.config.attest_fsync_always),
+            None => vec![Finding::Unreachable(
+                inner.nodes[i].last_error().unwrap_or_else(|| "not connected yet".into()),
+            )],
+        };
+        if let Some(Some(first)) = duplicates.get(i) {
+            findings.push(Finding::SameServerAs(*first));
+        }
+        if let (Some(prev), Some(cur)) = (restarted_from, probe.as_ref().and_then(|p| p.run_id.clone())) {
+            findings.push(Finding::Restarted { previous: prev, current: cur });
+        }
+        findings.sort_by_key(|f| std::cmp::Reverse(f.severity()));
+        let unsafe_found = findings.iter().any(|f| f.severity() == Severity::Unsafe);
+        let votes = probe.is_some() && (inner.config.safety == SafetyMode::Permissive || !unsafe_found);
+        NodeReport {
+            node: NodeId(i),
+            url: inner.urls[i].clone(),
+            probe,
+            findings,
+            votes,
+        }
+    }
+
+    /// Why node `i` may not vote right now, if it may not.
+    fn exclusion(&self, i: usize) -> Option<String> {
+        let report = self.report(i);
+        if report.votes {
+            return None;
+        }
+        let reasons: Vec<String> = report
+            .findings
+            .iter()
+            .filter(|f| f.severity() == Severity::Unsafe)
+            .map(ToString::to_string)
+            .collect();
+        Some(reasons.join("; "))
+    }
+
+    /// Turn a tally into `Ok` when a majority applied, or a [`NoQuorum`] error.
+    pub(crate) fn require_majority<T>(
+        &self,
+        op: &'static str,
+        tally: Tally<T>,
+        rejected: impl Fn(&T) -> String,
+    ) -> Result<Tally<T>, Error> {
+        if tally.reached() {
+            Ok(tally)
+        } else {
+            Err(NoQuorum::from_tally(op, &tally, &self.inner.urls, rejected).into())
+        }
+    }
+
+    /// Send `op` to every node concurrently through the fan-out primitive.
+    ///
+    /// Per node: get (or open and probe) its connection, skip it if it may not vote, run
+    /// `op`, all within the per-node deadline. A timed-out or broken connection is discarded.
+    /// `op` decides from the reply whether the node applied or rejected the operation.
+    pub(crate) async fn fan_out<T, F, Fut>(&self, name: &'static str, wait: Wait, op: F) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(NodeId, MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        let node_timeout = self.inner.config.node_timeout;
+        let calls: Vec<(NodeId, NodeCall<T>)> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| {
+                let call: NodeCall<T> = Box::pin(self.clone().call_node(node.clone(), node_timeout, op.clone()));
+                (node.id, call)
+            })
+            .collect();
+        // The backstop is slightly longer than the node's own deadline, so the node's own
+        // (which also discards the connection) fires first.
+        fanout::fan_out(name, self.inner.majority, node_timeout + Duration::from_millis(5), wait, calls).await
+    }
+
+    async fn call_node<T, F, Fut>(self, node: Arc<Node>, node_timeout: Duration, op: F) -> NodeOutcome<T>
+    where
+        F: Fn(NodeId, MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>>,
+    {
+        let mut generation = None;
+        let outcome = tokio::time::timeout(node_timeout, async {
+            let lease = match node.connection().await {
+                Ok(l) => l,
+                Err(cause) => return NodeOutcome::Unknown(cause),
+            };
+            generation = Some(lease.generation);
+            if let Some(why) = self.exclusion(node.id.0) {
+                return NodeOutcome::Unknown(UnknownCause::Excluded(why));
+            }
+            self.maybe_reprobe(&node);
+            match op(node.id, lease.conn).await {
+                Ok(outcome) => outcome,
+                Err(e) => NodeOutcome::Unknown(node.failed(lease.generation, &e)),
+            }
+        })
+        .await;
+        match outcome {
+            Ok(o) => o,
+            Err(_elapsed) => {
+                if let Some(g) = generation {
+                    node.discard(g);
+                }
+                NodeOutcome::Unknown(UnknownCause::Timeout)
+            }
+        }
+    }
+
+    fn maybe_reprobe(&self, node: &Arc<Node>) {
+        let (_, _, stale) = node.snapshot(self.inner.config.recheck_interval);
+        if stale && node.begin_reprobe() {
+            let node = node.clone();
+            let timeout = self.inner.config.node_timeout;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, node.reprobe()).await;
+                node.end_reprobe();
+            });
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! Client configuration: node URLs, timeouts, safety mode; validation with errors that name
+//! the problem.
+//!
+//! Architecture invariant: a password never leaves [`NodeUrl`] in text. `Display` and `Debug`
+//! of every configuration and error type print `***` in its place.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+
+/// Environment variable holding comma-separated node URLs.
+pub const NODES_ENV: &str = "REDQUORUM_NODES";
+
+/// The largest number of nodes a client accepts.
+pub const MAX_NODES: usize = 63;
+
+/// A validated node URL (`redis://` or `rediss://`, optional `user:password@`, optional `/db`).
+///
+/// Its `Display` and `Debug` never show the password.
+#[derive(Clone)]
+pub struct NodeUrl {
+    info: redis::ConnectionInfo,
+    redacted: String,
+    /// Normalized identity used to detect duplicates: scheme, lower-cased host, port, db, user.
+    identity: String,
+    secret: Option<String>,
+}
+
+impl NodeUrl {
+    /// Parse and validate one URL. `index` is its position in the node list, for messages.
+    pub fn parse(raw: &str, index: usize) -> Result<NodeUrl, ConfigError> {
+        let raw = raw.trim();
+        let redacted_raw = redact_raw(raw);
+        let malformed = |reason: String| ConfigError::MalformedUrl {
+            index,
+            url: redacted_raw.clone(),
+            reason,
+        };
+        if raw.is_empty() {
+            return Err(malformed("empty URL".into()));
+        }
+        let parsed = url::Url::parse(raw).map_err(|e| malformed(e.to_string()))?;
+        let tls = match parsed.scheme() {
+            "redis" => false,
+            "rediss" => true,
+            other => {
+                return Err(ConfigError::UnsupportedScheme {
+                    index,
+                    url: redacted_raw,
+                    scheme: other.to_string(),
+                })
+            }
+        };
+        if tls && !cfg!(feature = "tls") {
+            return Err(malformed("rediss:// needs redquorum's `tls` feature".into()));
+        }
+        let host = match parsed.host_str() {
+            Some(h) if !h.is_empty() => h.to_ascii_lowercase(),
+            _ => return Err(malformed("no host".into())),
+        };
+        let port = parsed.port().unwrap_or(6379);
+        if port == 0 {
+            return Err(malformed("port 0".into()));
+        }
+        let db_path = parsed.path().trim_start_matches('/');
+        let db: i64 = if db_path.is_empty() {
+            0
+        } else {
+            db_path
+                .parse()
+                .ok()
+                .filter(|d| (0..=15_999).contains(d))
+                .ok_or_else(|| malformed(format!("database must be a number, got {db_path:?}")))?
+        };
+        if parsed.query().is_some() {
+            return Err(malformed("query parameters are not supported".into()));
+        }
+        let user = percent_decode(parsed.username());
+        let secret = parsed.password().map(percent_decode);
+        let info = raw
+            .into_connection_info()
+            .map_err(|e| malformed(scrub(&e.to_string(), secret.as_deref())))?;
+        let scheme = parsed.scheme();
+        let auth = match (&secret, user.is_empty()) {
+            (Some(_), true) => ":***@".to_string(),
+            (Some(_), false) => format!("{user}:***@"),
+            (None, false) => format!("{user}@"),
+            (None, true) => String::new(),
+        };
+        let host_shown = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+        let db_shown = if db == 0 { String::new() } else { format!("/{db}") };
+        let fragment = parsed.fragment().map(|f| format!("#{f}")).unwrap_or_default();
+        Ok(NodeUrl {
+            info,
+            redacted: format!("{scheme}://{auth}{host_shown}:{port}{db_shown}{fragment}"),
+            identity: format!("{scheme}://{user}@{host_shown}:{port}/{db}"),
+            secret,
+        })
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    pub(crate) fn connection_info(&self) -> redis::ConnectionInfo {
+        self.info.clone()
+    }
+
+    /// Remove this URL's password from a message (for error texts from the driver).
+    pub(crate) fn scrub(&self, message: &str) -> String {
+        scrub(message, self.secret.as_deref())
+    }
+}
+
+impl fmt::Display for NodeUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for NodeUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeUrl({})", self.redacted)
+    }
+}
+
+impl PartialEq for NodeUrl {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity == other.identity
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    // Minimal %XX decoding, enough to recognize the password inside driver messages.
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push(h * 16 + l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Replace a secret inside a message by `***`.
+fn scrub(message: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() => message.replace(s, "***"),
+        _ => message.to_string(),
+    }
+}
+
+/// Redact the user-info part of a URL that may not even parse: everything after the first
+/// `:` of the user info (or all of it, if it has no `:`) becomes `***`.
+pub(crate) fn redact_raw(raw: &str) -> String {
+    let Some(scheme_end) = raw.find("://") else {
+        // Not URL-shaped: it could be a bare password pasted by mistake. Show only its length.
+        return if raw.contains('@') || raw.contains(':') {
+            format!("<{} characters, not shown>", raw.chars().count())
+        } else {
+            raw.to_string()
+        };
+    };
+    let rest = &raw[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        None => raw.to_string(),
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let shown = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                None => "***".to_string(),
+            };
+            format!("{}{}{}", &raw[..scheme_end + 3], shown, &rest[at..])
+        }
+    }
+}
+
+/// Whether nodes that fail a safety check may count toward a majority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SafetyMode {
+    /// Default. A node that fails a safety check, or whose `appendfsync` cannot be verified
+    /// (unless attested), does not count toward any majority.
+    #[default]
+    Strict,
+    /// Development only: findings are reported and logged, but every reachable node votes.
+    /// The guarantees of this crate do not hold in this mode.
+    Permissive,
+}
+
+/// Configuration of a [`Client`](crate::Client).
+///
+/// Build it with [`Config::from_urls`] or [`Config::from_env`], adjust it with the `with_*`
+/// setters (each states its default), and [`validate`](Config::validate) it (the client does
+/// so when it is built).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) nodes: Vec<NodeUrl>,
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) recheck_interval: Duration,
+    pub(crate) safety: SafetyMode,
+    pub(crate) attest_fsync_always: bool,
+}
+
+/// Smallest duration accepted anywhere.
+const MIN_DURATION: Duration = Duration::from_millis(1);
+
+impl Config {
+    /// Parse a list of node URLs. Errors on an empty list, a malformed URL, an unsupported
+    /// scheme, a duplicate (same scheme, host, port, database and user) or more than
+    /// [`MAX_NODES`] nodes.
+    pub fn from_urls<I, S>(urls: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut nodes: Vec<NodeUrl> = Vec::new();
+        for (index, raw) in urls.into_iter().enumerate() {
+            let url = NodeUrl::parse(raw.as_ref(), index)?;
+            if let Some(first) = nodes.iter().position(|n| *n == url) {
+                return Err(ConfigError::DuplicateUrl {
+                    first,
+                    second: index,
+                    url: url.redacted.clone(),
+                });
+            }
+            nodes.push(url);
+        }
+        if nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        if nodes.len() > MAX_NODES {
+            return Err(ConfigError::TooManyNodes {
+                count: nodes.len(),
+                max: MAX_NODES,
+            });
+        }
+        Ok(Config {
+            nodes,
+            node_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_millis(250),
+            operation_timeout: Duration::from_secs(5),
+            recheck_interval: Duration::from_secs(30),
+            safety: SafetyMode::Strict,
+            attest_fsync_always: false,
+        })
+    }
+
+    /// Parse a comma-separated list of node URLs (empty items are ignored).
+    pub fn from_list(list: &str) -> Result<Config, ConfigError> {
+        Config::from_urls(list.split(',').map(str::trim).filter(|s| !s.is_empty()))
+    }
+
+    /// Read the node list from [`NODES_ENV`] (`REDQUORUM_NODES`).
+    pub fn from_env() -> Result<Config, ConfigError> {
+        match std::env::var(NODES_ENV) {
+            Ok(list) => Config::from_list(&list),
+            Err(std::env::VarError::NotPresent) => Err(ConfigError::EnvMissing),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode),
+        }
+    }
+
+    /// Deadline for one request to one node, connecting included. Default 250 ms.
+    /// A node that does not answer in time counts as unknown for that operation.
+    pub fn with_node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = d;
+        self
+    }
+
+    /// Deadline for opening a connection to a node. Default 250 ms; at most the node timeout.
+    pub fn with_connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Overall deadline of an operation that retries (an ID allocation, waiting for a lock).
+    /// Default 5 s; at least the node timeout.
+    pub fn with_operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = d;
+        self
+    }
+
+    /// How often each node's safety findings are refreshed while it is in use. Default 30 s.
+    /// Nodes are also re-checked on every reconnect.
+    pub fn with_recheck_interval(mut self, d: Duration) -> Self {
+        self.recheck_interval = d;
+        self
+    }
+
+    /// Strict (default) or permissive safety mode. See [`SafetyMode`].
+    pub fn with_safety(mut self, mode: SafetyMode) -> Self {
+        self.safety = mode;
+        self
+    }
+
+    /// The operator states that every node runs `appendfsync always`, for deployments where
+    /// the client's ACL user may not run `CONFIG GET`. Default false: an unverifiable fsync
+    /// policy excludes the node in strict mode.
+    pub fn with_fsync_always_attested(mut self, attested: bool) -> Self {
+        self.attest_fsync_always = attested;
+        self
+    }
+
+    /// The configured nodes, in order.
+    pub fn nodes(&self) -> &[NodeUrl] {
+        &self.nodes
+    }
+
+    /// The per-node deadline.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The overall operation deadline.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// The safety mode.
+    pub fn safety(&self) -> SafetyMode {
+        self.safety
+    }
+
+    /// Check every duration against its range and against the others.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let ranges = [
+            ("node_timeout", self.node_timeout, Duration::from_secs(60)),
+            ("connect_timeout", self.connect_timeout, Duration::from_secs(60)),
+            ("operation_timeout", self.operation_timeout, Duration::from_secs(3600)),
+            ("recheck_interval", self.recheck_interval, Duration::from_secs(3600)),
+        ];
+        for (name, value, max) in ranges {
+            if value < MIN_DURATION || value > max {
+                return Err(ConfigError::DurationOutOfRange {
+                    name,
+                    value,
+                    min: MIN_DURATION,
+                    max,
+                });
+            }
+        }
+        if self.connect_timeout > self.node_timeout {
+            return Err(ConfigError::Contradiction(format!(
+                "connect_timeout ({:?}) exceeds node_timeout ({:?}): a connect is part of a \
+                 request, so it could never finish within the per-node deadline",
+                self.connect_timeout, self.node_timeout
+            )));
+        }
+        if self.operation_timeout < self.node_timeout {
+            return Err(ConfigError::Contradiction(format!(
+                "operation_timeout ({:?}) is shorter than node_timeout ({:?}): not even one \
+                 round could wait for a slow node",
+                self.operation_timeout, self.node_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// Warnings that do not make the configuration invalid (an even node count).
+    pub fn warnings(&self) -> Vec<String> {
+        let n = self.nodes.len();
+        let mut out = Vec::new();
+        if n % 2 == 0 {
+            out.push(format!(
+                "{n} nodes: an even count tolerates no more failures ({}) than {} nodes do, and \
+                 needs one more node for a majority",
+                (n - 1) / 2,
+                n - 1
+            ));
+        }
+        if n < 3 {
+            out.push(format!("{n} node(s): no failure can be tolerated"));
+        }
+        if self.safety == SafetyMode::Permissive {
+            out.push("permissive safety mode: unsafe nodes vote; no guarantee holds".into());
+        }
+        out
+    }
+}
+
+/// A configuration problem, named precisely.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The node list is empty.
+    #[error("no nodes configured: give at least one redis:// URL (or set {NODES_ENV})")]
+    NoNodes,
+    /// More nodes than [`MAX_NODES`].
+    #[error("{count} nodes configured; at most {max} are supported")]
+    TooManyNodes {
+        /// Nodes given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A URL that does not parse or has an invalid part.
+    #[error("node {index}: malformed URL {url}: {reason}")]
+    MalformedUrl {
+        /// Position in the list.
+        index: usize,
+        /// The URL with its password redacted.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A scheme other than `redis` or `rediss`.
+    #[error("node {index}: unsupported scheme {scheme:?} in {url}: use redis:// or rediss://")]
+    UnsupportedScheme {
+        /// Position in the list.
+        index: usize,
+        /// The URL with its password redacted.
+        url: String,
+        /// The scheme found.
+        scheme: String,
+    },
+    /// The same node twice.
+    #[error("nodes {first} and {second} are the same URL {url}: each node must be listed once")]
+    DuplicateUrl {
+        /// Position of the first occurrence.
+        first: usize,
+        /// Position of the duplicate.
+        second: usize,
+        /// The URL with its password redacted.
+        url: String,
+    },
+    /// A duration outside its allowed range.
+    #[error("{name} = {value:?} is outside the allowed range {min:?}..={max:?}")]
+    DurationOutOfRange {
+        /// Setting name.
+        name: &'static str,
+        /// The value given.
+        value: Duration,
+        /// Smallest allowed.
+        min: Duration,
+        /// Largest allowed.
+        max: Duration,
+    },
+    /// Two settings that cannot both hold.
+    #[error("contradictory timeouts: {0}")]
+    Contradiction(String),
+    /// `REDQUORUM_NODES` is not set.
+    #[error("no nodes configured: {NODES_ENV} is not set (expected comma-separated redis:// URLs)")]
+    EnvMissing,
+    /// `REDQUORUM_NODES` is not valid Unicode.
+    #[error("{NODES_ENV} is not valid UTF-8")]
+    EnvNotUnicode,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_never_shows_in_display_or_debug() {
+        let cfg = Config::from_urls(["redis://alice:s3cr3t-pw@127.0.0.1:7001/2", "rediss://:hunter22@h:7002"])
+            .expect("valid urls");
+        let text = format!("{cfg:?} {} {}", cfg.nodes()[0], cfg.nodes()[1]);
+        assert!(!text.contains("s3cr3t-pw") && !text.contains("hunter22"), "password leaked: {text}");
+        assert_eq!(cfg.nodes()[0].to_string(), "redis://alice:***@127.0.0.1:7001/2");
+        assert_eq!(cfg.nodes()[1].to_string(), "rediss://:***@h:7002");
+    }
+
+    #[test]
+    fn malformed_url_errors_redact_the_password() {
+        let err = Config::from_urls(["redis://bob:topsecret@host:notaport"]).expect_err("bad port");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("topsecret"), "password leaked: {text}");
+        assert!(text.contains("node 0"), "error must name the node: {text}");
+    }
+
+    #[test]
+    fn bad_lists_are_named() {
+        assert_eq!(Config::from_urls(Vec::<String>::new()).expect_err("empty"), ConfigError::NoNodes);
+        assert_eq!(Config::from_list(" , ").expect_err("blank"), ConfigError::NoNodes);
+        let dup = Config::from_urls(["redis://127.0.0.1:7001", "redis://127.0.0.1:7001/0"]).expect_err("dup");
+        assert!(matches!(dup, ConfigError::DuplicateUrl { first: 0, second: 1, .. }), "{dup}");
+        let scheme = Config::from_urls(["http://127.0.0.1:7001"]).expect_err("scheme");
+        assert!(matches!(scheme, ConfigError::UnsupportedScheme { .. }), "{scheme}");
+        let nohost = Config::from_urls(["redis://"]).expect_err("no host");
+        assert!(matches!(nohost, ConfigError::MalformedUrl { .. }), "{nohost}");
+        let db = Config::from_urls(["redis://h:1/abc"]).expect_err("db");
+        assert!(db.to_string().contains("database"), "{db}");
+        let too_many: Vec<String> = (0..64).map(|p| format!("redis://h:{}", 1000 + p)).collect();
+        assert!(matches!(Config::from_urls(too_many), Err(ConfigError::TooManyNodes { .. })));
+    }
+
+    #[test]
+    fn contradictory_and_absurd_timeouts_are_rejected_with_their_values() {
+        let base = Config::from_urls(["redis://h:1", "redis://h:2", "redis://h:3"]).expect("valid");
+        assert!(base.validate().is_ok());
+        let e = base.clone().with_connect_timeout(Duration::from_secs(2)).validate().expect_err("connect > node");
+        assert!(e.to_string().contains("connect_timeout (2s) exceeds node_timeout (250ms)"), "{e}");
+        let e = base.clone().with_operation_timeout(Duration::from_millis(100)).validate().expect_err("op < node");
+        assert!(e.to_string().contains("operation_timeout (100ms)"), "{e}");
+        let e = base.clone().with_node_timeout(Duration::ZERO).validate().expect_err("zero");
+        assert!(matches!(e, ConfigError::DurationOutOfRange { name: "node_timeout", .. }), "{e}");
+        let e = base.with_operation_timeout(Duration::from_secs(86_400 * 365)).validate().expect_err("a year");
+        assert!(matches!(e, ConfigError::DurationOutOfRange { name: "operation_timeout", .. }), "{e}");
+    }
+
+    #[test]
+    fn even_node_count_is_allowed_with_a_warning() {
+        let cfg = Config::from_urls(["redis://h:1", "redis://h:2", "redis://h:3", "redis://h:4"]).expect("valid");
+        assert!(cfg.validate().is_ok());
+        let w = cfg.warnings();
+        assert!(w.iter().any(|w| w.contains("even count")), "{w:?}");
+    }
+
+    #[test]
+    fn raw_redaction_handles_unparseable_urls() {
+        assert_eq!(redact_raw("redis://u:p@ss@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_raw("redis://justpassword@h"), "redis://***@h");
+        assert_eq!(redact_raw("redis://h:1"), "redis://h:1");
+        assert!(!redact_raw("user:pw@host").contains("pw"));
+    }
+}

@@ -1,0 +1,123 @@
+//! The error type callers branch on.
+//!
+//! One enum, [`Error`], with classification methods; per-node detail travels beside it in
+//! [`NoQuorum`]. No error text ever contains a password.
+
+use std::fmt;
+
+use crate::config::ConfigError;
+use crate::keys::NameError;
+use crate::quorum::{NodeId, NodeOutcome, Tally};
+
+/// Everything a redquorum operation can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is invalid; nothing was sent.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A user-supplied name is invalid; nothing was sent.
+    #[error("invalid name: {0}")]
+    Name(#[from] NameError),
+    /// Not enough nodes applied the operation. Carries every node's problem.
+    #[error(transparent)]
+    NoQuorum(#[from] NoQuorum),
+}
+
+impl Error {
+    /// True when the operation may have taken effect on some nodes even though it failed
+    /// (a timeout or lost reply). Such an outcome must not be treated as "not applied".
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            Error::NoQuorum(q) => q.maybe_applied_somewhere,
+            Error::Config(_) | Error::Name(_) => false,
+        }
+    }
+
+    /// True when retrying the same call later may succeed (nodes down or slow). False for
+    /// invalid input.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::NoQuorum(_))
+    }
+}
+
+/// A quorum operation that did not reach a majority, with each node's problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoQuorum {
+    /// The operation.
+    pub op: &'static str,
+    /// Configured nodes.
+    pub nodes: usize,
+    /// Nodes needed.
+    pub needed: usize,
+    /// Nodes that applied it.
+    pub applied: usize,
+    /// One entry per node that did not apply it.
+    pub problems: Vec<NodeProblem>,
+    /// Whether some node may have applied it without the reply arriving.
+    pub maybe_applied_somewhere: bool,
+}
+
+/// Why one node did not count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeProblem {
+    /// Which node.
+    pub node: NodeId,
+    /// Its URL, password redacted.
+    pub url: String,
+    /// What went wrong, in words.
+    pub problem: String,
+}
+
+impl NoQuorum {
+    /// Build from a tally; `urls` are the redacted node URLs in node order and `rejected`
+    /// describes a node's rejection reply.
+    pub(crate) fn from_tally<T>(
+        op: &'static str,
+        tally: &Tally<T>,
+        urls: &[String],
+        rejected: impl Fn(&T) -> String,
+    ) -> NoQuorum {
+        let problems = tally
+            .results()
+            .iter()
+            .filter(|r| !r.outcome.is_applied())
+            .map(|r| NodeProblem {
+                node: r.node,
+                url: urls.get(r.node.0).cloned().unwrap_or_default(),
+                problem: match &r.outcome {
+                    NodeOutcome::Rejected(t) => format!("rejected: {}", rejected(t)),
+                    NodeOutcome::Unknown(cause) => cause.to_string(),
+                    NodeOutcome::Applied(_) => String::new(),
+                },
+            })
+            .collect();
+        NoQuorum {
+            op,
+            nodes: tally.majority().nodes(),
+            needed: tally.majority().needed(),
+            applied: tally.applied(),
+            problems,
+            maybe_applied_somewhere: tally
+                .results()
+                .iter()
+                .any(|r| matches!(&r.outcome, NodeOutcome::Unknown(c) if c.may_have_applied())),
+        }
+    }
+}
+
+impl fmt::Display for NoQuorum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: no majority: {} of {} nodes applied it, {} needed",
+            self.op, self.applied, self.nodes, self.needed
+        )?;
+        for p in &self.problems {
+            write!(f, "; {} {}: {}", p.node, p.url, p.problem)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NoQuorum {}

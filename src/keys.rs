@@ -1,0 +1,147 @@
+//! User-supplied names and the Redis keys built from them.
+//!
+//! Every key redquorum writes has the form `rq:<kind>:<name>`, where `<kind>` is one of a
+//! fixed set of internal words and `<name>` is the user's name, verbatim. The internal part
+//! comes *before* the user's part, so no user name can produce another kind's key (a lock
+//! named `x:fence` is `rq:lock:x:fence`, never `rq:fence:x`).
+//!
+//! Architecture invariant: user names travel only in KEYS and ARGV of scripts, never in
+//! script text or in a SCAN/KEYS pattern.
+
+use std::fmt;
+
+/// Prefix of every key this crate writes.
+pub const KEY_PREFIX: &str = "rq:";
+
+/// Longest accepted name, in bytes.
+pub const MAX_NAME_BYTES: usize = 512;
+
+/// The kinds of keys. Each kind is a distinct word, so keys of two kinds never collide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // kinds are added before every user of them lands
+pub(crate) enum KeyKind {
+    /// Per-node marker proving the node has not lost its data (no user name).
+    Marker,
+    /// A monotonic ID sequence's current maximum.
+    Id,
+}
+
+impl KeyKind {
+    fn word(self) -> &'static str {
+        match self {
+            KeyKind::Marker => "marker",
+            KeyKind::Id => "id",
+        }
+    }
+}
+
+/// A validated user-supplied name (sequence, lock, group).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Name(String);
+
+impl Name {
+    /// Validate a name: 1 to [`MAX_NAME_BYTES`] bytes, no control characters.
+    ///
+    /// Any other character, `:` `*` `{` and spaces included, is allowed and stored verbatim.
+    pub fn new(what: &'static str, name: impl Into<String>) -> Result<Name, NameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(NameError::Empty { what });
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(NameError::TooLong {
+                what,
+                len: name.len(),
+                max: MAX_NAME_BYTES,
+            });
+        }
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(NameError::ControlCharacter {
+                what,
+                code: c as u32,
+            });
+        }
+        Ok(Name(name))
+    }
+
+    /// The name as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn key(&self, kind: KeyKind) -> String {
+        format!("{KEY_PREFIX}{}:{}", kind.word(), self.0)
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Name({:?})", self.0)
+    }
+}
+
+/// The key of a kind that has no user name (one per node).
+pub(crate) fn fixed_key(kind: KeyKind) -> String {
+    format!("{KEY_PREFIX}{}", kind.word())
+}
+
+/// A rejected name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The empty string.
+    #[error("{what} name is empty")]
+    Empty {
+        /// What the name was for ("sequence", "lock", ...).
+        what: &'static str,
+    },
+    /// Longer than [`MAX_NAME_BYTES`].
+    #[error("{what} name is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// What the name was for.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Contains a control character (newline, NUL, escape...).
+    #[error("{what} name contains the control character U+{code:04X}")]
+    ControlCharacter {
+        /// What the name was for.
+        what: &'static str,
+        /// The offending code point.
+        code: u32,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_names_are_rejected_or_kept_verbatim() {
+        assert_eq!(Name::new("lock", ""), Err(NameError::Empty { what: "lock" }));
+        assert!(matches!(Name::new("lock", "a".repeat(513)), Err(NameError::TooLong { len: 513, .. })));
+        assert!(matches!(Name::new("lock", "a\nb"), Err(NameError::ControlCharacter { code: 10, .. })));
+        assert!(matches!(Name::new("lock", "a\0b"), Err(NameError::ControlCharacter { code: 0, .. })));
+        let glob = Name::new("lock", "*{x}:marker' .. redis.call('FLUSHALL') --").expect("printable is fine");
+        assert_eq!(glob.key(KeyKind::Id), "rq:id:*{x}:marker' .. redis.call('FLUSHALL') --");
+    }
+
+    #[test]
+    fn internal_kinds_cannot_collide_with_user_names() {
+        // A user name that tries to look like the marker key still lands under its own kind.
+        let sneaky = Name::new("sequence", "x").expect("valid");
+        assert_ne!(sneaky.key(KeyKind::Id), fixed_key(KeyKind::Marker));
+        let looks_like_marker = Name::new("sequence", "../marker").expect("valid");
+        assert!(looks_like_marker.key(KeyKind::Id).starts_with("rq:id:"));
+        assert_ne!(KeyKind::Id.word(), KeyKind::Marker.word());
+    }
+}

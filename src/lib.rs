@@ -1,0 +1,46 @@
+//! # redquorum
+//!
+//! Coordination across **N independent Redis nodes** with majority quorums: monotonic
+//! fencing IDs, fenced leases and leader election, fenced peer indexing and work
+//! distribution. This release contains the foundation: configuration, the quorum core,
+//! and node safety checks.
+//!
+//! ## What every guarantee assumes
+//! - Each node persists a write before replying: `appendonly yes`, `appendfsync always`,
+//!   on a disk that does not lie about fsync. [`Client::check`] verifies what it can.
+//! - Nodes never evict keys: `maxmemory-policy noeviction`.
+//! - Nodes fail independently, and each is counted once (two URLs to one server are
+//!   detected by `run_id` and the second is not counted).
+//! - At most a minority of the configured nodes is down, slow, partitioned, restarted or
+//!   wiped at any time.
+//!
+//! In [`SafetyMode::Strict`] (the default) a node whose configuration breaks an assumption
+//! does not count toward any majority. The majority is always `n / 2 + 1` of the
+//! *configured* nodes.
+//!
+//! ## Example
+//! ```no_run
+//! # async fn demo() -> Result<(), redquorum::Error> {
+//! let config = redquorum::Config::from_list("redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003")?;
+//! let client = redquorum::Client::connect(config).await?;
+//! for report in client.check().await {
+//!     println!("{} {} votes={} {}", report.node, report.url, report.votes, report.summary());
+//! }
+//! let tally = client.ping().await?;
+//! println!("{} of {} nodes answered", tally.applied(), tally.majority().nodes());
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod config;
+mod error;
+mod keys;
+mod node;
+pub mod quorum;
+pub mod safety;
+
+pub use client::Client;
+pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
+pub use error::{Error, NoQuorum, NodeProblem};
+pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
+pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};

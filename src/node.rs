@@ -1,0 +1,222 @@
+//! One Redis node: its connection, its last safety probe, and how driver errors map to
+//! per-node outcomes.
+//!
+//! A node owns at most one multiplexed connection. It is opened lazily (on first use and
+//! after any failure), probed for safety before its first request, and discarded as soon as
+//! a request on it times out or breaks: a connection that lost a reply could hand the next
+//! reply to the wrong request, so it is never reused.
+//!
+//! Architecture invariant: a node's connection is probed (INFO + CONFIG GET) before it carries
+//! any quorum request, so a restarted or reconfigured server is noticed before it votes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::config::NodeUrl;
+use crate::quorum::{NodeId, UnknownCause};
+use crate::safety::Probe;
+
+/// What the node keeps between requests.
+#[derive(Default)]
+struct State {
+    conn: Option<(u64, MultiplexedConnection)>,
+    next_generation: u64,
+    probe: Option<Probe>,
+    probed_at: Option<Instant>,
+    /// The run_id seen before the latest one, when a restart was observed.
+    restarted_from: Option<String>,
+    last_error: Option<String>,
+}
+
+pub(crate) struct Node {
+    pub(crate) id: NodeId,
+    pub(crate) url: NodeUrl,
+    client: redis::Client,
+    connect_timeout: Duration,
+    state: Mutex<State>,
+    /// Serializes connection attempts so a burst of requests opens one connection.
+    connecting: tokio::sync::Mutex<()>,
+    /// Set while a background re-probe runs, so a burst of requests starts only one.
+    reprobing: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.id).field("url", &self.url).finish()
+    }
+}
+
+/// A connection handed out for one request, with its generation (to discard exactly it).
+pub(crate) struct Lease {
+    pub(crate) generation: u64,
+    pub(crate) conn: MultiplexedConnection,
+}
+
+impl Node {
+    pub(crate) fn new(id: NodeId, url: NodeUrl, connect_timeout: Duration) -> Result<Node, String> {
+        let client = redis::Client::open(url.connection_info()).map_err(|e| url.scrub(&e.to_string()))?;
+        Ok(Node {
+            id,
+            url,
+            client,
+            connect_timeout,
+            state: Mutex::new(State::default()),
+            connecting: tokio::sync::Mutex::new(()),
+            reprobing: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means another thread panicked while holding it; the state is
+        // plain data that is always left consistent, so keep using it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current connection, opening and probing a new one if there is none.
+    ///
+    /// Cancel safety: cancelling while connecting abandons that attempt; nothing is stored.
+    pub(crate) async fn connection(&self) -> Result<Lease, UnknownCause> {
+        if let Some((generation, conn)) = self.state().conn.clone() {
+            return Ok(Lease { generation, conn });
+        }
+        let _one_at_a_time = self.connecting.lock().await;
+        if let Some((generation, conn)) = self.state().conn.clone() {
+            return Ok(Lease { generation, conn });
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Deadlines are enforced per request by the caller; the driver's own 500 ms
+            // default must not cut a longer per-node deadline short.
+            .set_response_timeout(None);
+        let mut conn = match self.client.get_multiplexed_async_connection_with_config(&config).await {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = self.url.scrub(&e.to_string());
+                self.state().last_error = Some(msg.clone());
+                return Err(UnknownCause::Unreachable(msg));
+            }
+        };
+        let probe = match probe(&mut conn).await {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = self.url.scrub(&e.to_string());
+                self.state().last_error = Some(msg.clone());
+                return Err(UnknownCause::Unreachable(format!("safety probe failed: {msg}")));
+            }
+        };
+        let mut st = self.state();
+        st.next_generation += 1;
+        let generation = st.next_generation;
+        self.record_probe(&mut st, probe);
+        st.conn = Some((generation, conn.clone()));
+        st.last_error = None;
+        Ok(Lease { generation, conn })
+    }
+
+    fn record_probe(&self, st: &mut State, probe: Probe) {
+        let previous = st.probe.as_ref().and_then(|p| p.run_id.clone());
+        if let (Some(prev), Some(cur)) = (previous, probe.run_id.clone()) {
+            if prev != cur {
+                tracing::warn!(node = %self.id, url = %self.url, previous = %prev, current = %cur, "node restarted (run_id changed)");
+                st.restarted_from = Some(prev);
+            }
+        }
+        st.probe = Some(probe);
+        st.probed_at = Some(Instant::now());
+    }
+
+    /// Probe again over the current (or a new) connection and record the result.
+    pub(crate) async fn reprobe(&self) -> Result<Probe, UnknownCause> {
+        let lease = self.connection().await?;
+        let mut conn = lease.conn;
+        match probe(&mut conn).await {
+            Ok(p) => {
+                let mut st = self.state();
+                self.record_probe(&mut st, p.clone());
+                Ok(p)
+            }
+            Err(e) => Err(self.failed(lease.generation, &e)),
+        }
+    }
+
+    /// Drop connection `generation` if it is still the current one.
+    pub(crate) fn discard(&self, generation: u64) {
+        let mut st = self.state();
+        if matches!(st.conn, Some((g, _)) if g == generation) {
+            st.conn = None;
+        }
+    }
+
+    /// Classify a driver error from a request on connection `generation`; discard the
+    /// connection when the error leaves its reply stream in doubt.
+    pub(crate) fn failed(&self, generation: u64, e: &redis::RedisError) -> UnknownCause {
+        let msg = self.url.scrub(&e.to_string());
+        if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.discard(generation);
+            self.state().last_error = Some(msg.clone());
+            if e.is_timeout() {
+                UnknownCause::Timeout
+            } else {
+                UnknownCause::ConnectionLost(msg)
+            }
+        } else {
+            UnknownCause::ServerError(msg)
+        }
+    }
+
+    /// The latest probe, when the node was restarted since the one before, and whether it
+    /// is older than `max_age`.
+    pub(crate) fn snapshot(&self, max_age: Duration) -> (Option<Probe>, Option<String>, bool) {
+        let st = self.state();
+        let stale = st.probed_at.is_none_or(|t| t.elapsed() > max_age);
+        (st.probe.clone(), st.restarted_from.clone(), stale)
+    }
+
+    /// Claim the right to run a background re-probe; false if one is already running.
+    pub(crate) fn begin_reprobe(&self) -> bool {
+        !self.reprobing.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    pub(crate) fn end_reprobe(&self) {
+        self.reprobing.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.state().last_error.clone()
+    }
+}
+
+/// Read what the safety check needs: PING latency, INFO server/persistence/memory, and
+/// CONFIG GET appendfsync (which an ACL may forbid: then the policy is unverified).
+async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
+    let t0 = Instant::now();
+    redis::cmd("PING").query_async::<String>(conn).await?;
+    let latency = t0.elapsed();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .arg("persistence")
+        .arg("memory")
+        .query_async(conn)
+        .await?;
+    let mut probe = Probe::from_info(&info);
+    probe.latency = latency;
+    let config: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .arg("no-appendfsync-on-rewrite")
+        .query_async(conn)
+        .await;
+    match config {
+        Ok(pairs) => {
+            let get = |k: &str| pairs.chunks(2).find(|c| c[0] == k).and_then(|c| c.get(1)).cloned();
+            probe.appendfsync = get("appendfsync").ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
+            probe.no_appendfsync_on_rewrite = get("no-appendfsync-on-rewrite").map(|v| v == "yes");
+        }
+        Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => return Err(e),
+        Err(e) => probe.appendfsync = Err(format!("CONFIG GET not allowed: {}", e.code().unwrap_or("error"))),
+    }
+    Ok(probe)
+}

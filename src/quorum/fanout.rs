@@ -1,0 +1,215 @@
+//! The one fan-out primitive: send an operation to every node at once and count.
+//!
+//! Every request goes out concurrently, each under its own deadline. The fan-out returns as
+//! soon as the outcome is decided ([`Wait::Decided`]: a majority applied, or a majority has
+//! become impossible) or when every node has answered or timed out ([`Wait::All`]). A hung node
+//! therefore costs at most the per-node deadline, and nothing when a majority answered first.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
+
+/// A boxed per-node request.
+pub(crate) type NodeCall<T> = Pin<Box<dyn Future<Output = NodeOutcome<T>> + Send>>;
+
+/// When a fan-out may return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// As soon as a majority applied or a majority became impossible. Nodes still pending
+    /// are recorded as [`UnknownCause::Abandoned`]; their requests are dropped (a request
+    /// already written to the socket may still be applied).
+    Decided,
+    /// Until every node answered or hit its deadline (used where every reply matters:
+    /// cleanup, safety checks, reading the highest value).
+    All,
+}
+
+/// Run `calls` (one per configured node) concurrently, each bounded by `node_timeout`, and
+/// count the outcomes against `majority`.
+///
+/// Cancel safety: dropping the returned future drops every in-flight request; a request that
+/// was already written may still be applied by its node, exactly as with a timeout.
+pub(crate) async fn fan_out<T: Send + 'static>(
+    op: &'static str,
+    majority: Majority,
+    node_timeout: Duration,
+    wait: Wait,
+    calls: Vec<(NodeId, NodeCall<T>)>,
+) -> Tally<T> {
+    let span = tracing::debug_span!(
+        "quorum",
+        op,
+        nodes = majority.nodes(),
+        needed = majority.needed(),
+        applied = tracing::field::Empty,
+        decision = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    );
+    run(majority, node_timeout, wait, calls)
+        .instrument(span.clone())
+        .await
+        .inspect_tally(&span)
+}
+
+async fn run<T: Send + 'static>(
+    majority: Majority,
+    node_timeout: Duration,
+    wait: Wait,
+    calls: Vec<(NodeId, NodeCall<T>)>,
+) -> Tally<T> {
+    let start = Instant::now();
+    let mut pending_ids: Vec<NodeId> = calls.iter().map(|(id, _)| *id).collect();
+    let mut in_flight: FuturesUnordered<_> = calls
+        .into_iter()
+        .map(|(id, call)| async move {
+            let outcome = match tokio::time::timeout(node_timeout, call).await {
+                Ok(outcome) => outcome,
+                Err(_) => NodeOutcome::Unknown(UnknownCause::Timeout),
+            };
+            (id, outcome, start.elapsed())
+        })
+        .collect();
+
+    let mut results = Vec::with_capacity(majority.nodes());
+    let (mut applied, mut settled) = (0usize, 0usize);
+    while let Some((node, outcome, latency)) = in_flight.next().await {
+        pending_ids.retain(|p| *p != node);
+        if outcome.is_applied() {
+            applied += 1;
+        } else {
+            settled += 1;
+        }
+        tracing::trace!(%node, outcome = outcome.label(), latency_us = latency.as_micros() as u64, "node answered");
+        results.push(NodeResult {
+            node,
+            outcome,
+            latency: Some(latency),
+        });
+        if wait == Wait::Decided && majority.decide(applied, settled) != Decision::Pending {
+            break;
+        }
+    }
+    for node in pending_ids {
+        results.push(NodeResult {
+            node,
+            outcome: NodeOutcome::Unknown(UnknownCause::Abandoned),
+            latency: None,
+        });
+    }
+    Tally::new(majority, results, start.elapsed())
+}
+
+trait InspectTally: Sized {
+    fn inspect_tally(self, span: &tracing::Span) -> Self;
+}
+
+impl<T> InspectTally for Tally<T> {
+    fn inspect_tally(self, span: &tracing::Span) -> Self {
+        span.record("applied", self.applied());
+        span.record("decision", format!("{:?}", self.decision()));
+        span.record("elapsed_us", self.elapsed().as_micros() as u64);
+        span.in_scope(|| {
+            for r in self.results() {
+                let latency_us = r.latency.map(|l| l.as_micros() as u64);
+                match &r.outcome {
+                    NodeOutcome::Unknown(cause) => {
+                        tracing::debug!(node = %r.node, outcome = "unknown", %cause, ?latency_us, "node outcome")
+                    }
+                    other => tracing::debug!(node = %r.node, outcome = other.label(), ?latency_us, "node outcome"),
+                }
+            }
+            tracing::debug!(applied = self.applied(), decision = ?self.decision(), "quorum operation done");
+        });
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scripted node: answers `outcome` after `delay` (on tokio's paused clock).
+    fn scripted(delay_ms: u64, outcome: NodeOutcome<u32>) -> NodeCall<u32> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            outcome
+        })
+    }
+
+    fn calls(script: Vec<(u64, NodeOutcome<u32>)>) -> Vec<(NodeId, NodeCall<u32>)> {
+        script
+            .into_iter()
+            .enumerate()
+            .map(|(i, (d, o))| (NodeId(i), scripted(d, o)))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn returns_when_majority_applied_without_waiting_for_the_hung_node() {
+        // Three fast nodes, two hung ones: the fan-out must finish at the third fast answer.
+        let script = vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+            (3, NodeOutcome::Applied(3)),
+            (60_000, NodeOutcome::Applied(4)),
+            (60_000, NodeOutcome::Applied(5)),
+        ];
+        let tally = fan_out("test", Majority::of(5), Duration::from_secs(10), Wait::Decided, calls(script)).await;
+        assert!(tally.reached());
+        assert_eq!(tally.elapsed(), Duration::from_millis(3), "a hung node must cost nothing here");
+        assert_eq!(tally.results()[3].outcome, NodeOutcome::Unknown(UnknownCause::Abandoned));
+        assert_eq!(tally.results().len(), 5, "every configured node has an entry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_node_costs_at_most_its_deadline() {
+        // Two applied, one hung: the majority needs the hung node, so we wait its deadline.
+        let script = vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+            (3, NodeOutcome::Rejected(0)),
+            (4, NodeOutcome::Rejected(0)),
+            (60_000, NodeOutcome::Applied(5)),
+        ];
+        let tally = fan_out("test", Majority::of(5), Duration::from_millis(50), Wait::Decided, calls(script)).await;
+        assert!(!tally.reached());
+        assert_eq!(tally.elapsed(), Duration::from_millis(50));
+        assert_eq!(tally.results()[4].outcome, NodeOutcome::Unknown(UnknownCause::Timeout));
+        assert!(tally.results()[4].outcome.may_have_applied(), "a timeout is unknown, not 'not applied'");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn returns_early_when_majority_is_impossible() {
+        let script = vec![
+            (1, NodeOutcome::Rejected(7)),
+            (2, NodeOutcome::Rejected(7)),
+            (3, NodeOutcome::Rejected(7)),
+            (60_000, NodeOutcome::Applied(1)),
+            (60_000, NodeOutcome::Applied(1)),
+        ];
+        let tally = fan_out("test", Majority::of(5), Duration::from_secs(10), Wait::Decided, calls(script)).await;
+        assert_eq!(tally.decision(), Decision::Impossible);
+        assert_eq!(tally.elapsed(), Duration::from_millis(3));
+        assert_eq!(tally.rejected(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_all_collects_every_reply_within_the_deadline() {
+        let script = vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+            (30, NodeOutcome::Rejected(9)),
+        ];
+        let tally = fan_out("test", Majority::of(3), Duration::from_millis(100), Wait::All, calls(script)).await;
+        assert!(tally.reached());
+        assert_eq!(tally.elapsed(), Duration::from_millis(30));
+        let replies: Vec<u32> = tally.replies().map(|(_, v)| *v).collect();
+        assert_eq!(replies, vec![1, 2, 9]);
+    }
+}

@@ -1,0 +1,304 @@
+//! Majority math and per-node outcomes: the pure decision core of every quorum operation.
+//!
+//! Nothing in this module does I/O or reads a clock. [`fanout`] is the one place where
+//! requests go out to the nodes; it feeds each answer into a [`Tally`] and asks
+//! [`Majority::decide`] whether it may stop.
+//!
+//! Architecture invariant: a node whose reply did not arrive (timeout, lost reply, broken
+//! connection, abandoned after the decision) is [`NodeOutcome::Unknown`], never "not applied".
+//! Only a reply that says so is [`NodeOutcome::Rejected`].
+
+pub(crate) mod fanout;
+
+use std::fmt;
+use std::time::Duration;
+
+/// The position of a node in the client's configured node list (0-based).
+///
+/// Node IDs are stable for the life of a [`Client`](crate::Client); they index the
+/// configuration, not the servers behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node{}", self.0)
+    }
+}
+
+/// The majority of a fixed set of `n` configured nodes: `n / 2 + 1`.
+///
+/// The majority is always taken over the *configured* nodes, never over the nodes that
+/// happen to be reachable or safe: excluding a node makes a quorum harder to reach, never
+/// easier. Two majorities of the same `n` always share at least one node, which is the fact
+/// every safety argument in this crate rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Majority {
+    n: usize,
+}
+
+/// What a quorum operation may conclude from the answers it has so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// At least a majority applied the operation.
+    Reached,
+    /// Even if every node still pending applied it, no majority could be formed.
+    Impossible,
+    /// Neither yet: keep waiting for the pending nodes.
+    Pending,
+}
+
+impl Majority {
+    /// The majority of `n` nodes. `n` must be at least 1 (the configuration guarantees it).
+    pub const fn of(n: usize) -> Self {
+        Majority { n }
+    }
+
+    /// Number of configured nodes.
+    pub const fn nodes(self) -> usize {
+        self.n
+    }
+
+    /// Nodes needed for a majority: `n / 2 + 1`.
+    pub const fn needed(self) -> usize {
+        self.n / 2 + 1
+    }
+
+    /// How many nodes may fail while a majority stays possible: `(n - 1) / 2`.
+    ///
+    /// An even `n` tolerates no more failures than `n - 1` does.
+    pub const fn tolerated_failures(self) -> usize {
+        self.n.saturating_sub(1) / 2
+    }
+
+    /// Decide from `applied` nodes that applied and `settled_not_applied` nodes that will
+    /// not (rejected, unknown, excluded). The rest are pending.
+    pub fn decide(self, applied: usize, settled_not_applied: usize) -> Decision {
+        let needed = self.needed();
+        if applied >= needed {
+            return Decision::Reached;
+        }
+        let pending = self.n.saturating_sub(applied + settled_not_applied);
+        if applied + pending < needed {
+            Decision::Impossible
+        } else {
+            Decision::Pending
+        }
+    }
+}
+
+/// Why a node's outcome is unknown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnknownCause {
+    /// No reply within the per-node deadline. The request may have been applied.
+    Timeout,
+    /// The connection broke after the request may have been sent. It may have been applied.
+    ConnectionLost(String),
+    /// The fan-out decided before this node answered; its request may still be applied.
+    Abandoned,
+    /// The request was never sent: no connection could be made.
+    Unreachable(String),
+    /// The request was never sent: the node is excluded from quorums (strict safety mode,
+    /// quarantine, or it is a second URL for a server already counted).
+    Excluded(String),
+    /// The node answered with an error reply; Redis did not apply the command.
+    ServerError(String),
+}
+
+impl UnknownCause {
+    /// Whether the request may have taken effect on the node even though no positive reply
+    /// arrived. Callers that must undo partial effects (releasing a half-acquired lock) treat
+    /// these nodes as if they had applied.
+    pub fn may_have_applied(&self) -> bool {
+        matches!(
+            self,
+            UnknownCause::Timeout | UnknownCause::ConnectionLost(_) | UnknownCause::Abandoned
+        )
+    }
+}
+
+impl fmt::Display for UnknownCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnknownCause::Timeout => f.write_str("no reply within the per-node deadline"),
+            UnknownCause::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+            UnknownCause::Abandoned => f.write_str("not awaited: the quorum was decided first"),
+            UnknownCause::Unreachable(e) => write!(f, "unreachable: {e}"),
+            UnknownCause::Excluded(why) => write!(f, "excluded from quorums: {why}"),
+            UnknownCause::ServerError(e) => write!(f, "error reply: {e}"),
+        }
+    }
+}
+
+/// One node's outcome in one quorum operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeOutcome<T> {
+    /// The node applied the operation and replied so.
+    Applied(T),
+    /// The node replied that it did not apply the operation (the reply says why).
+    Rejected(T),
+    /// No usable reply: see the cause for whether it may have been applied.
+    Unknown(UnknownCause),
+}
+
+impl<T> NodeOutcome<T> {
+    /// True for [`NodeOutcome::Applied`].
+    pub fn is_applied(&self) -> bool {
+        matches!(self, NodeOutcome::Applied(_))
+    }
+
+    /// The reply payload, if the node replied.
+    pub fn reply(&self) -> Option<&T> {
+        match self {
+            NodeOutcome::Applied(t) | NodeOutcome::Rejected(t) => Some(t),
+            NodeOutcome::Unknown(_) => None,
+        }
+    }
+
+    /// Whether the operation may have taken effect on this node.
+    pub fn may_have_applied(&self) -> bool {
+        match self {
+            NodeOutcome::Applied(_) => true,
+            NodeOutcome::Rejected(_) => false,
+            NodeOutcome::Unknown(c) => c.may_have_applied(),
+        }
+    }
+
+    /// A short label: `applied`, `rejected` or `unknown`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            NodeOutcome::Applied(_) => "applied",
+            NodeOutcome::Rejected(_) => "rejected",
+            NodeOutcome::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// One node's entry in a [`Tally`].
+#[derive(Clone, Debug)]
+pub struct NodeResult<T> {
+    /// Which node.
+    pub node: NodeId,
+    /// What it did.
+    pub outcome: NodeOutcome<T>,
+    /// Time from the start of the fan-out to this node's answer; `None` if it never answered.
+    pub latency: Option<Duration>,
+}
+
+/// Every node's outcome in one quorum operation, in node order, and the decision.
+#[derive(Clone, Debug)]
+pub struct Tally<T> {
+    majority: Majority,
+    results: Vec<NodeResult<T>>,
+    elapsed: Duration,
+}
+
+impl<T> Tally<T> {
+    pub(crate) fn new(majority: Majority, mut results: Vec<NodeResult<T>>, elapsed: Duration) -> Self {
+        results.sort_by_key(|r| r.node);
+        Tally {
+            majority,
+            results,
+            elapsed,
+        }
+    }
+
+    /// The majority this tally was counted against.
+    pub fn majority(&self) -> Majority {
+        self.majority
+    }
+
+    /// Every node's result, in node order (one entry per configured node).
+    pub fn results(&self) -> &[NodeResult<T>] {
+        &self.results
+    }
+
+    /// Wall time of the whole fan-out, on the monotonic clock.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// How many nodes applied the operation.
+    pub fn applied(&self) -> usize {
+        self.results.iter().filter(|r| r.outcome.is_applied()).count()
+    }
+
+    /// How many nodes replied that they did not apply it.
+    pub fn rejected(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::Rejected(_)))
+            .count()
+    }
+
+    /// The decision: reached, impossible, or (if the fan-out ended while nodes were still
+    /// pending, which it does not do) pending.
+    pub fn decision(&self) -> Decision {
+        let applied = self.applied();
+        self.majority.decide(applied, self.results.len() - applied)
+    }
+
+    /// True if a majority of the configured nodes applied the operation.
+    pub fn reached(&self) -> bool {
+        self.applied() >= self.majority.needed()
+    }
+
+    /// The replies of the nodes that answered (applied or rejected).
+    pub fn replies(&self) -> impl Iterator<Item = (NodeId, &T)> {
+        self.results
+            .iter()
+            .filter_map(|r| r.outcome.reply().map(|t| (r.node, t)))
+    }
+
+    /// The nodes whose outcome may include the operation having taken effect.
+    pub fn maybe_applied_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.results
+            .iter()
+            .filter(|r| r.outcome.may_have_applied())
+            .map(|r| r.node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn majority_of_small_clusters() {
+        let table = [(1, 1, 0), (2, 2, 0), (3, 2, 1), (4, 3, 1), (5, 3, 2), (6, 4, 2), (7, 4, 3)];
+        for (n, needed, tolerated) in table {
+            let m = Majority::of(n);
+            assert_eq!(m.needed(), needed, "majority of {n}");
+            assert_eq!(m.tolerated_failures(), tolerated, "failures tolerated by {n}");
+        }
+    }
+
+    #[test]
+    fn two_majorities_always_intersect() {
+        for n in 1..=9 {
+            let m = Majority::of(n);
+            assert!(2 * m.needed() > n, "two majorities of {n} could be disjoint");
+        }
+    }
+
+    #[test]
+    fn decide_reached_impossible_pending() {
+        let m = Majority::of(5);
+        assert_eq!(m.decide(3, 0), Decision::Reached);
+        assert_eq!(m.decide(2, 0), Decision::Pending);
+        assert_eq!(m.decide(2, 2), Decision::Pending, "one pending node could still make it");
+        assert_eq!(m.decide(2, 3), Decision::Impossible);
+        assert_eq!(m.decide(0, 3), Decision::Impossible, "two pending cannot make three");
+        assert_eq!(m.decide(0, 2), Decision::Pending);
+    }
+
+    #[test]
+    fn unknown_is_never_counted_as_not_applied() {
+        let lost: NodeOutcome<()> = NodeOutcome::Unknown(UnknownCause::Timeout);
+        assert!(lost.may_have_applied());
+        assert!(!lost.is_applied());
+        let never_sent: NodeOutcome<()> = NodeOutcome::Unknown(UnknownCause::Unreachable("refused".into()));
+        assert!(!never_sent.may_have_applied());
+    }
+}

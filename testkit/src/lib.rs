@@ -1,0 +1,195 @@
+//! Test harness for `redquorum`: N real, independent Redis nodes in Docker containers,
+//! each behind its own TCP fault proxy.
+//!
+//! Node faults (through Docker): [`TestNode::kill`] (SIGKILL), [`TestNode::restart`],
+//! [`TestNode::freeze`]/[`TestNode::thaw`] (docker pause), [`TestNode::wipe_and_restart`]
+//! (data loss). Network faults (in the proxy, instant): [`TestNode::cut_off`] (silent
+//! partition), [`TestNode::refuse`], [`TestNode::drop_replies`],
+//! [`TestNode::set_latency`] and [`TestNode::heal`].
+//!
+//! The image comes from `scripts/build-redis-image.sh` (no registry needed); see
+//! [`image_name`]. Every container is removed when its [`TestNode`] is dropped, also
+//! when a test panics, also when the node is frozen.
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod node;
+mod proxy;
+
+pub use node::TestNode;
+pub use proxy::FaultMode;
+
+/// The image `scripts/build-redis-image.sh` builds by default.
+pub const DEFAULT_IMAGE: &str = "redquorum-redis:7.0";
+
+/// The environment variable that overrides [`DEFAULT_IMAGE`] (same variable as the script).
+pub const IMAGE_ENV: &str = "REDQUORUM_REDIS_IMAGE";
+
+/// Label put on every container the harness creates (value: the node's index).
+pub const CONTAINER_LABEL: &str = "org.redquorum.testkit.node";
+
+/// Image from env `REDQUORUM_REDIS_IMAGE`, else [`DEFAULT_IMAGE`] ("name:tag").
+pub fn image_name() -> String {
+    match std::env::var(IMAGE_ENV) {
+        Ok(name) if !name.trim().is_empty() => name.trim().to_string(),
+        _ => DEFAULT_IMAGE.to_string(),
+    }
+}
+
+/// Splits "name:tag" at the last ':' ("latest" when there is no tag; a ':' that belongs
+/// to a registry port, as in "host:5000/redis", is not a tag separator).
+pub fn split_image_name(image: &str) -> (String, String) {
+    match image.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') && !name.is_empty() => {
+            (name.to_string(), tag.to_string())
+        }
+        _ => (image.to_string(), "latest".to_string()),
+    }
+}
+
+/// The arguments every node starts with, before [`NodeSpec::extra_args`].
+pub const BASE_ARGS: &[&str] = &[
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--maxmemory-policy",
+    "noeviction",
+    "--dir",
+    "/data",
+    "--protected-mode",
+    "no",
+    "--bind",
+    "0.0.0.0",
+    "--port",
+    "6379",
+    "--save",
+    "",
+];
+
+/// Args for one node; every node ALWAYS starts with
+/// `--appendonly yes --appendfsync always --maxmemory-policy noeviction --dir /data --protected-mode no --bind 0.0.0.0 --port 6379 --save ""`
+/// and `extra_args` are appended after them (later args override earlier ones in redis-server).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Arguments appended to [`BASE_ARGS`], e.g. `["--requirepass", "secret"]`.
+    pub extra_args: Vec<String>,
+}
+
+impl NodeSpec {
+    /// The safe default node: [`BASE_ARGS`] only.
+    pub fn safe() -> Self {
+        NodeSpec::default()
+    }
+
+    /// A node with these arguments appended to [`BASE_ARGS`].
+    pub fn with_args(args: &[&str]) -> Self {
+        NodeSpec {
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    /// The full redis-server command line (without the program name).
+    pub fn args(&self) -> Vec<String> {
+        BASE_ARGS
+            .iter()
+            .map(|a| a.to_string())
+            .chain(self.extra_args.iter().cloned())
+            .collect()
+    }
+}
+
+/// N independent Redis nodes, each in its own container behind its own fault proxy.
+/// Dropping the cluster removes every container.
+#[derive(Debug)]
+pub struct Cluster {
+    nodes: Vec<TestNode>,
+}
+
+impl Cluster {
+    /// n safe nodes, started concurrently.
+    pub async fn start(n: usize) -> Cluster {
+        Cluster::start_with(vec![NodeSpec::safe(); n]).await
+    }
+
+    /// One node per spec (node i gets `specs[i]`), started concurrently.
+    pub async fn start_with(specs: Vec<NodeSpec>) -> Cluster {
+        node::ensure_image_exists().await;
+        let nodes = futures::future::join_all(
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(index, spec)| TestNode::start(index, spec)),
+        )
+        .await;
+        Cluster { nodes }
+    }
+
+    /// URLs through each node's fault proxy: "redis://127.0.0.1:PORT" (no credentials:
+    /// tests add them themselves).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(TestNode::url).collect()
+    }
+
+    /// Node `i`; panics with the cluster size when out of range.
+    pub fn node(&self, i: usize) -> &TestNode {
+        self.nodes.get(i).unwrap_or_else(|| {
+            panic!(
+                "Cluster::node({i}): the cluster has only {} nodes",
+                self.nodes.len()
+            )
+        })
+    }
+
+    /// All nodes, in index order.
+    pub fn nodes(&self) -> &[TestNode] {
+        &self.nodes
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True for a cluster of zero nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Heals every node's proxy and sets every latency back to zero.
+    pub fn heal_all(&self) {
+        for node in &self.nodes {
+            node.heal();
+            node.set_latency(std::time::Duration::ZERO);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_names_split_at_the_last_colon() {
+        assert_eq!(
+            split_image_name("redquorum-redis:7.0"),
+            ("redquorum-redis".into(), "7.0".into())
+        );
+        assert_eq!(
+            split_image_name("host:5000/redis"),
+            ("host:5000/redis".into(), "latest".into())
+        );
+        assert_eq!(
+            split_image_name("host:5000/redis:7.2"),
+            ("host:5000/redis".into(), "7.2".into())
+        );
+        assert_eq!(split_image_name("redis"), ("redis".into(), "latest".into()));
+    }
+
+    #[test]
+    fn extra_args_come_after_the_safe_ones() {
+        let args = NodeSpec::with_args(&["--appendfsync", "everysec"]).args();
+        assert_eq!(&args[..BASE_ARGS.len()], BASE_ARGS);
+        assert_eq!(&args[BASE_ARGS.len()..], ["--appendfsync", "everysec"]);
+        assert_eq!(NodeSpec::safe().args(), BASE_ARGS);
+    }
+}

@@ -1,0 +1,575 @@
+//! One Redis node: a container with a host data directory, a fixed host port and a
+//! fault proxy in front.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, IntoConnectionInfo};
+use testcontainers::bollard::query_parameters::{InspectContainerOptions, KillContainerOptions};
+use testcontainers::bollard::Docker;
+use testcontainers::core::client::docker_client_instance;
+use testcontainers::core::{IntoContainerPort, Mount, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+use crate::proxy::{FaultMode, FaultProxy};
+use crate::{image_name, split_image_name, NodeSpec, CONTAINER_LABEL};
+
+/// How long a node may take to answer PING after a (re)start.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Poll interval while waiting for readiness.
+const READY_POLL: Duration = Duration::from_millis(20);
+/// Timeouts of the connections `direct_connection` hands out.
+const DIRECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// First start: image start-up limit handed to testcontainers.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Host ports are drawn from here: below Linux's ephemeral range (32768-60999), so a
+/// port freed by a killed node is not taken by some outgoing connection before the
+/// node restarts on it.
+const HOST_PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
+/// Attempts at starting a container when its host port turned out to be taken.
+const START_ATTEMPTS: usize = 5;
+
+/// One Redis node of a [`Cluster`](crate::Cluster): a container with its data directory on
+/// the host (bind-mounted at `/data`), published on a fixed 127.0.0.1 port, reached by
+/// tests through a fault proxy on another fixed port.
+///
+/// Dropping it stops the proxy (closing its connections), removes the container (thawing
+/// it first if it is frozen) and then deletes the data directory.
+pub struct TestNode {
+    index: usize,
+    spec: NodeSpec,
+    host_port: u16,
+    frozen: AtomicBool,
+    // Field order is drop order: proxy, then container, then the data directory
+    // (which must outlive the container).
+    proxy: FaultProxy,
+    container: ContainerAsync<GenericImage>,
+    data_dir: tempfile::TempDir,
+}
+
+impl fmt::Debug for TestNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestNode")
+            .field("index", &self.index)
+            .field("container", &self.container.id())
+            .field("proxy", &self.proxy.addr())
+            .field("host_port", &self.host_port)
+            .field("mode", &self.proxy.mode())
+            .field("latency", &self.proxy.latency())
+            .field("frozen", &self.frozen.load(Ordering::SeqCst))
+            .field("data_dir", &self.data_dir.path())
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl TestNode {
+    /// Starts node `index` from `spec` and waits until it answers PING directly.
+    pub async fn start(index: usize, spec: NodeSpec) -> TestNode {
+        let data_dir = tempfile::Builder::new()
+            .prefix(&format!("redquorum-node{index}-"))
+            .tempdir()
+            .unwrap_or_else(|e| panic!("node {index}: cannot create a data directory: {e}"));
+        let (container, host_port) = start_container(index, &spec, data_dir.path()).await;
+        let proxy = FaultProxy::start(
+            SocketAddr::from(([127, 0, 0, 1], host_port)),
+            &format!("node {index}"),
+        )
+        .await;
+        let node = TestNode {
+            index,
+            spec,
+            host_port,
+            frozen: AtomicBool::new(false),
+            proxy,
+            container,
+            data_dir,
+        };
+        node.wait_ready("start").await;
+        node
+    }
+
+    /// Position of this node in its cluster.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The spec this node was started with.
+    pub fn spec(&self) -> &NodeSpec {
+        &self.spec
+    }
+
+    /// "127.0.0.1:PORT" of the proxy (stable for the node's whole life, across restarts).
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy.addr()
+    }
+
+    /// redis://127.0.0.1:PROXYPORT
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.proxy.addr())
+    }
+
+    /// The fixed 127.0.0.1 port Docker publishes the node's 6379 on.
+    pub fn host_port(&self) -> u16 {
+        self.host_port
+    }
+
+    /// "127.0.0.1:HOSTPORT": the node itself, bypassing the proxy.
+    pub fn direct_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.host_port))
+    }
+
+    /// redis://127.0.0.1:HOSTPORT straight to the container's published port, bypassing the proxy.
+    pub fn direct_url(&self) -> String {
+        format!("redis://{}", self.direct_addr())
+    }
+
+    /// Docker id of the node's container.
+    pub fn container_id(&self) -> &str {
+        self.container.id()
+    }
+
+    /// Host directory mounted at `/data` in the container (AOF directory inside).
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+
+    /// A fresh redis-rs multiplexed connection straight to the node (bypassing the
+    /// proxy), for test assertions and setup. Connect and response timeouts: 5 s.
+    pub async fn direct_connection(&self) -> MultiplexedConnection {
+        self.direct_connection_auth(None, None).await
+    }
+
+    /// Like [`direct_connection`](Self::direct_connection), authenticated as `username`
+    /// (`None`: the default user) with `password` (`None`: no AUTH).
+    pub async fn direct_connection_auth(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+    ) -> MultiplexedConnection {
+        let index = self.index;
+        match self.try_direct_connection(username, password, DIRECT_TIMEOUT).await {
+            Ok(con) => con,
+            Err(e) => panic!(
+                "node {index}: direct connection to {} failed: {e}",
+                self.direct_addr()
+            ),
+        }
+    }
+
+    async fn try_direct_connection(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+        timeout: Duration,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let mut info = self.direct_url().into_connection_info()?;
+        let mut settings = info.redis_settings().clone();
+        if let Some(username) = username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = password {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Everything the node's redis-server wrote to stdout so far, across restarts
+    /// (useful in failure messages).
+    pub async fn logs(&self) -> String {
+        match self.container.stdout_to_vec().await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => format!("<node {}: could not read logs: {e}>", self.index),
+        }
+    }
+
+    // ---------------------------------------------------------------- node faults
+
+    /// kill -9 the redis-server (Docker kill with SIGKILL); data dir kept. Returns once
+    /// Docker reports the container stopped. Killing a node that is already down is a no-op.
+    pub async fn kill(&self) {
+        let index = self.index;
+        let docker = docker().await;
+        let options = KillContainerOptions {
+            signal: "SIGKILL".to_string(),
+        };
+        match docker
+            .kill_container(self.container.id(), Some(options))
+            .await
+        {
+            Ok(()) => {}
+            // 409: "is not running": already dead.
+            Err(testcontainers::bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                ..
+            }) => {}
+            Err(e) => panic!("node {index}: docker kill (SIGKILL) failed: {e}"),
+        }
+        // A killed container is no longer paused.
+        self.frozen.store(false, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.is_running().await {
+            if tokio::time::Instant::now() > deadline {
+                panic!("node {index}: container still running 10s after SIGKILL");
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// Start the killed node again (same data, same host port) and wait until it answers
+    /// PING with PONG (not LOADING) directly.
+    pub async fn restart(&self) {
+        let index = self.index;
+        self.container.start().await.unwrap_or_else(|e| {
+            panic!(
+                "node {index}: docker start failed (is host port {} still free?): {e}",
+                self.host_port
+            )
+        });
+        self.wait_ready("restart").await;
+    }
+
+    /// [`kill`](Self::kill) then [`restart`](Self::restart).
+    pub async fn kill_and_restart(&self) {
+        self.kill().await;
+        self.restart().await;
+    }
+
+    /// SIGSTOP-like freeze (docker pause): the node keeps its connections but answers nothing.
+    pub async fn freeze(&self) {
+        let index = self.index;
+        self.container
+            .pause()
+            .await
+            .unwrap_or_else(|e| panic!("node {index}: docker pause failed: {e}"));
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Thaw a frozen node (docker unpause).
+    pub async fn thaw(&self) {
+        let index = self.index;
+        self.container
+            .unpause()
+            .await
+            .unwrap_or_else(|e| panic!("node {index}: docker unpause failed: {e}"));
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// True between [`freeze`](Self::freeze) and [`thaw`](Self::thaw) (or a kill).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// kill -9, delete everything in its data directory (AOF dir included), start again
+    /// empty, wait ready.
+    pub async fn wipe_and_restart(&self) {
+        let index = self.index;
+        self.kill().await;
+        let entries = std::fs::read_dir(self.data_dir.path())
+            .unwrap_or_else(|e| panic!("node {index}: cannot list its data directory: {e}"));
+        for entry in entries {
+            let entry =
+                entry.unwrap_or_else(|e| panic!("node {index}: cannot list its data dir: {e}"));
+            let path = entry.path();
+            let removed = if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.unwrap_or_else(|e| panic!("node {index}: cannot delete {path:?}: {e}"));
+        }
+        self.container.start().await.unwrap_or_else(|e| {
+            panic!(
+                "node {index}: docker start after wipe failed (is host port {} still free?): {e}",
+                self.host_port
+            )
+        });
+        self.wait_ready("wipe_and_restart").await;
+    }
+
+    // ---------------------------------------------------------------- network faults
+
+    /// Silent partition: the proxy keeps accepting and keeps connections open but forwards
+    /// nothing in either direction (bytes are read and discarded).
+    pub fn cut_off(&self) {
+        tracing::debug!(node = self.index, "fault proxy: cut off");
+        self.proxy.set_mode(FaultMode::CutOff);
+    }
+
+    /// Connections refused/closed: existing proxied connections are closed and new ones are
+    /// accepted then immediately closed.
+    pub fn refuse(&self) {
+        tracing::debug!(node = self.index, "fault proxy: refuse");
+        self.proxy.set_mode(FaultMode::Refuse);
+    }
+
+    /// Requests reach the node, replies are discarded (lost reply).
+    pub fn drop_replies(&self) {
+        tracing::debug!(node = self.index, "fault proxy: drop replies");
+        self.proxy.set_mode(FaultMode::DropReplies);
+    }
+
+    /// Add this one-way delay to every forwarded chunk in each direction (`Duration::ZERO`
+    /// = none), so a request/reply round trip gains `2 * d`. Independent of the fault
+    /// mode: [`heal`](Self::heal) does not reset it.
+    pub fn set_latency(&self, d: Duration) {
+        tracing::debug!(node = self.index, ?d, "fault proxy: latency");
+        self.proxy.set_latency(d);
+    }
+
+    /// Back to normal forwarding; every proxied connection that discarded any byte while
+    /// faulty is closed at heal (its RESP stream is broken), clean connections keep working.
+    pub fn heal(&self) {
+        tracing::debug!(node = self.index, "fault proxy: heal");
+        self.proxy.set_mode(FaultMode::Normal);
+    }
+
+    /// The proxy's current fault mode.
+    pub fn fault_mode(&self) -> FaultMode {
+        self.proxy.mode()
+    }
+
+    /// The proxy's current one-way latency.
+    pub fn latency(&self) -> Duration {
+        self.proxy.latency()
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    async fn is_running(&self) -> bool {
+        let index = self.index;
+        let docker = docker().await;
+        let inspect = docker
+            .inspect_container(self.container.id(), None::<InspectContainerOptions>)
+            .await
+            .unwrap_or_else(|e| panic!("node {index}: docker inspect failed: {e}"));
+        inspect.state.and_then(|s| s.running).unwrap_or(false)
+    }
+
+    /// Polls PING directly every 20 ms until it answers PONG; panics after 30 s.
+    async fn wait_ready(&self, what: &str) {
+        let index = self.index;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let last_error = match self.ping_once().await {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            if tokio::time::Instant::now() >= deadline {
+                let logs = self.logs().await;
+                let tail: Vec<&str> = logs.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "node {index}: {what} did not become ready within {}s (last PING on {}: {last_error}); \
+                     last log lines:\n{}",
+                    READY_TIMEOUT.as_secs(),
+                    self.direct_addr(),
+                    tail.join("\n")
+                );
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    async fn ping_once(&self) -> Result<(), String> {
+        let attempt = async {
+            let mut con = self
+                .try_direct_connection(None, None, Duration::from_secs(1))
+                .await
+                .map_err(|e| e.to_string())?;
+            let pong: String = redis::cmd("PING")
+                .query_async(&mut con)
+                .await
+                .map_err(|e| e.to_string())?;
+            if pong == "PONG" {
+                Ok(())
+            } else {
+                Err(format!("PING answered {pong:?}"))
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(2), attempt)
+            .await
+            .unwrap_or_else(|_| Err("PING took more than 2s".to_string()))
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        // Docker can force-remove a paused container, but do not rely on it: thaw first,
+        // best effort, on a thread of its own (we may be inside a runtime, maybe a
+        // current-thread one, where blocking on async work is not allowed).
+        if self.frozen.load(Ordering::SeqCst) {
+            let id = self.container.id().to_string();
+            let thawed = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                runtime.block_on(async {
+                    let docker = Docker::connect_with_local_defaults().ok()?;
+                    docker.unpause_container(&id).await.ok()
+                })
+            })
+            .join();
+            if !matches!(thawed, Ok(Some(()))) {
+                tracing::warn!(
+                    node = self.index,
+                    "could not thaw the frozen container before removing it"
+                );
+            }
+        }
+        // Then the fields drop: proxy (closing its connections), container (removed
+        // by testcontainers), data directory.
+    }
+}
+
+/// testcontainers' shared bollard client.
+async fn docker() -> Docker {
+    docker_client_instance()
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the Docker daemon: {e}"))
+}
+
+/// Panics with instructions when the configured image is missing (no registry to pull from).
+pub(crate) async fn ensure_image_exists() {
+    let image = image_name();
+    let docker = docker().await;
+    if let Err(e) = docker.inspect_image(&image).await {
+        panic!(
+            "Redis image {image:?} is not available locally ({e}); build it with \
+             scripts/build-redis-image.sh (or set REDQUORUM_REDIS_IMAGE to an image you have)"
+        );
+    }
+}
+
+/// A port in [`HOST_PORT_RANGE`] that is free on 127.0.0.1 right now.
+fn pick_host_port() -> u16 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let span = u64::from(HOST_PORT_RANGE.end - HOST_PORT_RANGE.start);
+    for _ in 0..1000 {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u32(std::process::id());
+        let offset = u16::try_from(hasher.finish() % span).unwrap_or(0);
+        let port = HOST_PORT_RANGE.start + offset;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free host port found in {HOST_PORT_RANGE:?} on 127.0.0.1 after 1000 tries");
+}
+
+fn is_port_conflict(message: &str) -> bool {
+    message.contains("already allocated") || message.contains("address already in use")
+}
+
+/// Removes containers of a failed start attempt that testcontainers left behind.
+async fn remove_leftovers(attempt_label: &str) {
+    use std::collections::HashMap;
+    use testcontainers::bollard::query_parameters::{
+        ListContainersOptions, RemoveContainerOptions,
+    };
+    let docker = docker().await;
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("org.redquorum.testkit.attempt={attempt_label}")],
+    )]);
+    let Ok(list) = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+    else {
+        return;
+    };
+    for id in list.into_iter().filter_map(|c| c.id) {
+        let _ = docker
+            .remove_container(
+                &id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
+}
+
+async fn start_container(
+    index: usize,
+    spec: &NodeSpec,
+    data_dir: &Path,
+) -> (ContainerAsync<GenericImage>, u16) {
+    static ATTEMPT: AtomicU64 = AtomicU64::new(0);
+    let image = image_name();
+    let (name, tag) = split_image_name(&image);
+    let host_path = data_dir
+        .to_str()
+        .unwrap_or_else(|| panic!("node {index}: data dir {data_dir:?} is not UTF-8"))
+        .to_string();
+    // Run redis-server as the owner of the data directory, so that everything it writes
+    // there can be deleted by this process (wipe, TempDir cleanup) also when not root.
+    let user = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(data_dir)
+            .unwrap_or_else(|e| panic!("node {index}: cannot stat {data_dir:?}: {e}"));
+        format!("{}:{}", meta.uid(), meta.gid())
+    };
+    let mut last_error = String::new();
+    for _ in 0..START_ATTEMPTS {
+        let host_port = pick_host_port();
+        let attempt = format!(
+            "{}-{}",
+            std::process::id(),
+            ATTEMPT.fetch_add(1, Ordering::Relaxed)
+        );
+        let request = GenericImage::new(name.clone(), tag.clone())
+            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+            .with_cmd(spec.args())
+            .with_mapped_port(host_port, 6379.tcp())
+            .with_mount(Mount::bind_mount(host_path.clone(), "/data"))
+            .with_user(user.clone())
+            .with_label(CONTAINER_LABEL, index.to_string())
+            .with_label("org.redquorum.testkit.attempt", attempt.clone())
+            .with_startup_timeout(STARTUP_TIMEOUT)
+            .with_host_config_modifier(|host_config| {
+                // Publish on loopback only.
+                if let Some(bindings) = host_config.port_bindings.as_mut() {
+                    for binding in bindings.values_mut().flatten().flatten() {
+                        binding.host_ip = Some("127.0.0.1".to_string());
+                    }
+                }
+            });
+        match request.start().await {
+            Ok(container) => return (container, host_port),
+            Err(e) => {
+                last_error = e.to_string();
+                remove_leftovers(&attempt).await;
+                if !is_port_conflict(&last_error) {
+                    break;
+                }
+                tracing::debug!(node = index, host_port, "host port taken, retrying");
+            }
+        }
+    }
+    panic!(
+        "node {index}: could not start a container from image {image:?}: {last_error} \
+         (is the image built? scripts/build-redis-image.sh)"
+    );
+}
