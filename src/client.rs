@@ -61,7 +61,13 @@ impl Client {
         }
         let mut nodes = Vec::with_capacity(config.nodes.len());
         for (i, url) in config.nodes.iter().enumerate() {
-            let node = Node::new(NodeId(i), url.clone(), config.connect_timeout).map_err(|reason| {
+            let node = Node::new(
+                NodeId(i),
+                url.clone(),
+                config.connect_timeout,
+                config.node_timeout,
+            )
+            .map_err(|reason| {
                 Error::Config(crate::ConfigError::MalformedUrl {
                     index: i,
                     url: url.to_string(),
@@ -79,7 +85,9 @@ impl Client {
             }),
         };
         let warmup = client
-            .fan_out("connect", Wait::All, |_, _| async { Ok(NodeOutcome::Applied(())) })
+            .fan_out("connect", Wait::All, |_, _| async {
+                Ok(NodeOutcome::Applied(()))
+            })
             .await;
         tracing::debug!(reachable = warmup.applied(), "client connected");
         Ok(client)
@@ -142,7 +150,14 @@ impl Client {
                 (id, call)
             })
             .collect();
-        let tally = fanout::fan_out("check", self.inner.majority, self.inner.config.node_timeout, Wait::All, calls).await;
+        let tally = fanout::fan_out(
+            "check",
+            self.inner.majority,
+            self.inner.config.node_timeout,
+            Wait::All,
+            calls,
+        )
+        .await;
         tally
             .results()
             .iter()
@@ -176,18 +191,27 @@ impl Client {
         let mut findings = match &probe {
             Some(p) => p.findings(inner.config.attest_fsync_always),
             None => vec![Finding::Unreachable(
-                inner.nodes[i].last_error().unwrap_or_else(|| "not connected yet".into()),
+                inner.nodes[i]
+                    .last_error()
+                    .unwrap_or_else(|| "not connected yet".into()),
             )],
         };
         if let Some(Some(first)) = duplicates.get(i) {
             findings.push(Finding::SameServerAs(*first));
         }
-        if let (Some(prev), Some(cur)) = (restarted_from, probe.as_ref().and_then(|p| p.run_id.clone())) {
-            findings.push(Finding::Restarted { previous: prev, current: cur });
+        if let (Some(prev), Some(cur)) = (
+            restarted_from,
+            probe.as_ref().and_then(|p| p.run_id.clone()),
+        ) {
+            findings.push(Finding::Restarted {
+                previous: prev,
+                current: cur,
+            });
         }
         findings.sort_by_key(|f| std::cmp::Reverse(f.severity()));
         let unsafe_found = findings.iter().any(|f| f.severity() == Severity::Unsafe);
-        let votes = probe.is_some() && (inner.config.safety == SafetyMode::Permissive || !unsafe_found);
+        let votes =
+            probe.is_some() && (inner.config.safety == SafetyMode::Permissive || !unsafe_found);
         NodeReport {
             node: NodeId(i),
             url: inner.urls[i].clone(),
@@ -243,16 +267,32 @@ impl Client {
             .nodes
             .iter()
             .map(|node| {
-                let call: NodeCall<T> = Box::pin(self.clone().call_node(node.clone(), node_timeout, op.clone()));
+                let call: NodeCall<T> = Box::pin(self.clone().call_node(
+                    node.clone(),
+                    node_timeout,
+                    op.clone(),
+                ));
                 (node.id, call)
             })
             .collect();
         // The backstop is slightly longer than the node's own deadline, so the node's own
         // (which also discards the connection) fires first.
-        fanout::fan_out(name, self.inner.majority, node_timeout + Duration::from_millis(5), wait, calls).await
+        fanout::fan_out(
+            name,
+            self.inner.majority,
+            node_timeout + Duration::from_millis(5),
+            wait,
+            calls,
+        )
+        .await
     }
 
-    async fn call_node<T, F, Fut>(self, node: Arc<Node>, node_timeout: Duration, op: F) -> NodeOutcome<T>
+    async fn call_node<T, F, Fut>(
+        self,
+        node: Arc<Node>,
+        node_timeout: Duration,
+        op: F,
+    ) -> NodeOutcome<T>
     where
         F: Fn(NodeId, MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>>,

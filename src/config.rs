@@ -53,7 +53,9 @@ impl NodeUrl {
             }
         };
         if tls && !cfg!(feature = "tls") {
-            return Err(malformed("rediss:// needs redquorum's `tls` feature".into()));
+            return Err(malformed(
+                "rediss:// needs redquorum's `tls` feature".into(),
+            ));
         }
         let host = match parsed.host_str() {
             Some(h) if !h.is_empty() => h.to_ascii_lowercase(),
@@ -88,9 +90,20 @@ impl NodeUrl {
             (None, false) => format!("{user}@"),
             (None, true) => String::new(),
         };
-        let host_shown = if host.contains(':') { format!("[{host}]") } else { host.clone() };
-        let db_shown = if db == 0 { String::new() } else { format!("/{db}") };
-        let fragment = parsed.fragment().map(|f| format!("#{f}")).unwrap_or_default();
+        let host_shown = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        let db_shown = if db == 0 {
+            String::new()
+        } else {
+            format!("/{db}")
+        };
+        let fragment = parsed
+            .fragment()
+            .map(|f| format!("#{f}"))
+            .unwrap_or_default();
         Ok(NodeUrl {
             info,
             redacted: format!("{scheme}://{auth}{host_shown}:{port}{db_shown}{fragment}"),
@@ -341,9 +354,21 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let ranges = [
             ("node_timeout", self.node_timeout, Duration::from_secs(60)),
-            ("connect_timeout", self.connect_timeout, Duration::from_secs(60)),
-            ("operation_timeout", self.operation_timeout, Duration::from_secs(3600)),
-            ("recheck_interval", self.recheck_interval, Duration::from_secs(3600)),
+            (
+                "connect_timeout",
+                self.connect_timeout,
+                Duration::from_secs(60),
+            ),
+            (
+                "operation_timeout",
+                self.operation_timeout,
+                Duration::from_secs(3600),
+            ),
+            (
+                "recheck_interval",
+                self.recheck_interval,
+                Duration::from_secs(3600),
+            ),
         ];
         for (name, value, max) in ranges {
             if value < MIN_DURATION || value > max {
@@ -455,7 +480,9 @@ pub enum ConfigError {
     #[error("contradictory timeouts: {0}")]
     Contradiction(String),
     /// `REDQUORUM_NODES` is not set.
-    #[error("no nodes configured: {NODES_ENV} is not set (expected comma-separated redis:// URLs)")]
+    #[error(
+        "no nodes configured: {NODES_ENV} is not set (expected comma-separated redis:// URLs)"
+    )]
     EnvMissing,
     /// `REDQUORUM_NODES` is not valid Unicode.
     #[error("{NODES_ENV} is not valid UTF-8")]
@@ -468,11 +495,20 @@ mod tests {
 
     #[test]
     fn password_never_shows_in_display_or_debug() {
-        let cfg = Config::from_urls(["redis://alice:s3cr3t-pw@127.0.0.1:7001/2", "rediss://:hunter22@h:7002"])
-            .expect("valid urls");
+        let cfg = Config::from_urls([
+            "redis://alice:s3cr3t-pw@127.0.0.1:7001/2",
+            "rediss://:hunter22@h:7002",
+        ])
+        .expect("valid urls");
         let text = format!("{cfg:?} {} {}", cfg.nodes()[0], cfg.nodes()[1]);
-        assert!(!text.contains("s3cr3t-pw") && !text.contains("hunter22"), "password leaked: {text}");
-        assert_eq!(cfg.nodes()[0].to_string(), "redis://alice:***@127.0.0.1:7001/2");
+        assert!(
+            !text.contains("s3cr3t-pw") && !text.contains("hunter22"),
+            "password leaked: {text}"
+        );
+        assert_eq!(
+            cfg.nodes()[0].to_string(),
+            "redis://alice:***@127.0.0.1:7001/2"
+        );
         assert_eq!(cfg.nodes()[1].to_string(), "rediss://:***@h:7002");
     }
 
@@ -486,37 +522,101 @@ mod tests {
 
     #[test]
     fn bad_lists_are_named() {
-        assert_eq!(Config::from_urls(Vec::<String>::new()).expect_err("empty"), ConfigError::NoNodes);
-        assert_eq!(Config::from_list(" , ").expect_err("blank"), ConfigError::NoNodes);
-        let dup = Config::from_urls(["redis://127.0.0.1:7001", "redis://127.0.0.1:7001/0"]).expect_err("dup");
-        assert!(matches!(dup, ConfigError::DuplicateUrl { first: 0, second: 1, .. }), "{dup}");
+        assert_eq!(
+            Config::from_urls(Vec::<String>::new()).expect_err("empty"),
+            ConfigError::NoNodes
+        );
+        assert_eq!(
+            Config::from_list(" , ").expect_err("blank"),
+            ConfigError::NoNodes
+        );
+        let dup = Config::from_urls(["redis://127.0.0.1:7001", "redis://127.0.0.1:7001/0"])
+            .expect_err("dup");
+        assert!(
+            matches!(
+                dup,
+                ConfigError::DuplicateUrl {
+                    first: 0,
+                    second: 1,
+                    ..
+                }
+            ),
+            "{dup}"
+        );
         let scheme = Config::from_urls(["http://127.0.0.1:7001"]).expect_err("scheme");
-        assert!(matches!(scheme, ConfigError::UnsupportedScheme { .. }), "{scheme}");
+        assert!(
+            matches!(scheme, ConfigError::UnsupportedScheme { .. }),
+            "{scheme}"
+        );
         let nohost = Config::from_urls(["redis://"]).expect_err("no host");
-        assert!(matches!(nohost, ConfigError::MalformedUrl { .. }), "{nohost}");
+        assert!(
+            matches!(nohost, ConfigError::MalformedUrl { .. }),
+            "{nohost}"
+        );
         let db = Config::from_urls(["redis://h:1/abc"]).expect_err("db");
         assert!(db.to_string().contains("database"), "{db}");
         let too_many: Vec<String> = (0..64).map(|p| format!("redis://h:{}", 1000 + p)).collect();
-        assert!(matches!(Config::from_urls(too_many), Err(ConfigError::TooManyNodes { .. })));
+        assert!(matches!(
+            Config::from_urls(too_many),
+            Err(ConfigError::TooManyNodes { .. })
+        ));
     }
 
     #[test]
     fn contradictory_and_absurd_timeouts_are_rejected_with_their_values() {
         let base = Config::from_urls(["redis://h:1", "redis://h:2", "redis://h:3"]).expect("valid");
         assert!(base.validate().is_ok());
-        let e = base.clone().with_connect_timeout(Duration::from_secs(2)).validate().expect_err("connect > node");
-        assert!(e.to_string().contains("connect_timeout (2s) exceeds node_timeout (250ms)"), "{e}");
-        let e = base.clone().with_operation_timeout(Duration::from_millis(100)).validate().expect_err("op < node");
+        let e = base
+            .clone()
+            .with_connect_timeout(Duration::from_secs(2))
+            .validate()
+            .expect_err("connect > node");
+        assert!(
+            e.to_string()
+                .contains("connect_timeout (2s) exceeds node_timeout (250ms)"),
+            "{e}"
+        );
+        let e = base
+            .clone()
+            .with_operation_timeout(Duration::from_millis(100))
+            .validate()
+            .expect_err("op < node");
         assert!(e.to_string().contains("operation_timeout (100ms)"), "{e}");
-        let e = base.clone().with_node_timeout(Duration::ZERO).validate().expect_err("zero");
-        assert!(matches!(e, ConfigError::DurationOutOfRange { name: "node_timeout", .. }), "{e}");
-        let e = base.with_operation_timeout(Duration::from_secs(86_400 * 365)).validate().expect_err("a year");
-        assert!(matches!(e, ConfigError::DurationOutOfRange { name: "operation_timeout", .. }), "{e}");
+        let e = base
+            .clone()
+            .with_node_timeout(Duration::ZERO)
+            .validate()
+            .expect_err("zero");
+        assert!(
+            matches!(
+                e,
+                ConfigError::DurationOutOfRange {
+                    name: "node_timeout",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = base
+            .with_operation_timeout(Duration::from_secs(86_400 * 365))
+            .validate()
+            .expect_err("a year");
+        assert!(
+            matches!(
+                e,
+                ConfigError::DurationOutOfRange {
+                    name: "operation_timeout",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
     fn even_node_count_is_allowed_with_a_warning() {
-        let cfg = Config::from_urls(["redis://h:1", "redis://h:2", "redis://h:3", "redis://h:4"]).expect("valid");
+        let cfg = Config::from_urls(["redis://h:1", "redis://h:2", "redis://h:3", "redis://h:4"])
+            .expect("valid");
         assert!(cfg.validate().is_ok());
         let w = cfg.warnings();
         assert!(w.iter().any(|w| w.contains("even count")), "{w:?}");

@@ -127,12 +127,28 @@ mod tests {
 
     #[test]
     fn hostile_names_are_rejected_or_kept_verbatim() {
-        assert_eq!(Name::new("lock", ""), Err(NameError::Empty { what: "lock" }));
-        assert!(matches!(Name::new("lock", "a".repeat(513)), Err(NameError::TooLong { len: 513, .. })));
-        assert!(matches!(Name::new("lock", "a\nb"), Err(NameError::ControlCharacter { code: 10, .. })));
-        assert!(matches!(Name::new("lock", "a\0b"), Err(NameError::ControlCharacter { code: 0, .. })));
-        let glob = Name::new("lock", "*{x}:marker' .. redis.call('FLUSHALL') --").expect("printable is fine");
-        assert_eq!(glob.key(KeyKind::Id), "rq:id:*{x}:marker' .. redis.call('FLUSHALL') --");
+        assert_eq!(
+            Name::new("lock", ""),
+            Err(NameError::Empty { what: "lock" })
+        );
+        assert!(matches!(
+            Name::new("lock", "a".repeat(513)),
+            Err(NameError::TooLong { len: 513, .. })
+        ));
+        assert!(matches!(
+            Name::new("lock", "a\nb"),
+            Err(NameError::ControlCharacter { code: 10, .. })
+        ));
+        assert!(matches!(
+            Name::new("lock", "a\0b"),
+            Err(NameError::ControlCharacter { code: 0, .. })
+        ));
+        let glob = Name::new("lock", "*{x}:marker' .. redis.call('FLUSHALL') --")
+            .expect("printable is fine");
+        assert_eq!(
+            glob.key(KeyKind::Id),
+            "rq:id:*{x}:marker' .. redis.call('FLUSHALL') --"
+        );
     }
 
     #[test]

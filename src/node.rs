@@ -9,7 +9,9 @@
 //! Architecture invariant: a node's connection is probed (INFO + CONFIG GET) before it carries
 //! any quorum request, so a restarted or reconfigured server is noticed before it votes.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -29,7 +31,11 @@ struct State {
     /// The run_id seen before the latest one, when a restart was observed.
     restarted_from: Option<String>,
     last_error: Option<String>,
+    /// The connect-and-probe in progress, shared by everyone waiting for it.
+    connecting: Option<Connecting>,
 }
+
+type Connecting = Shared<BoxFuture<'static, Result<Lease, UnknownCause>>>;
 
 pub(crate) struct Node {
     pub(crate) id: NodeId,
@@ -37,34 +43,44 @@ pub(crate) struct Node {
     client: redis::Client,
     connect_timeout: Duration,
     state: Mutex<State>,
-    /// Serializes connection attempts so a burst of requests opens one connection.
-    connecting: tokio::sync::Mutex<()>,
+    /// Deadline for connect plus safety probe, run in the background.
+    probe_timeout: Duration,
     /// Set while a background re-probe runs, so a burst of requests starts only one.
     reprobing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("id", &self.id).field("url", &self.url).finish()
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .finish()
     }
 }
 
 /// A connection handed out for one request, with its generation (to discard exactly it).
+#[derive(Clone)]
 pub(crate) struct Lease {
     pub(crate) generation: u64,
     pub(crate) conn: MultiplexedConnection,
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, url: NodeUrl, connect_timeout: Duration) -> Result<Node, String> {
-        let client = redis::Client::open(url.connection_info()).map_err(|e| url.scrub(&e.to_string()))?;
+    pub(crate) fn new(
+        id: NodeId,
+        url: NodeUrl,
+        connect_timeout: Duration,
+        probe_timeout: Duration,
+    ) -> Result<Node, String> {
+        let client =
+            redis::Client::open(url.connection_info()).map_err(|e| url.scrub(&e.to_string()))?;
         Ok(Node {
             id,
             url,
             client,
             connect_timeout,
             state: Mutex::new(State::default()),
-            connecting: tokio::sync::Mutex::new(()),
+            probe_timeout,
             reprobing: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -77,21 +93,61 @@ impl Node {
 
     /// The current connection, opening and probing a new one if there is none.
     ///
-    /// Cancel safety: cancelling while connecting abandons that attempt; nothing is stored.
-    pub(crate) async fn connection(&self) -> Result<Lease, UnknownCause> {
-        if let Some((generation, conn)) = self.state().conn.clone() {
-            return Ok(Lease { generation, conn });
-        }
-        let _one_at_a_time = self.connecting.lock().await;
-        if let Some((generation, conn)) = self.state().conn.clone() {
-            return Ok(Lease { generation, conn });
-        }
+    /// The connect-and-probe runs in its own task, shared by every caller waiting for it, so
+    /// a request that is abandoned (its fan-out already had a majority) does not cancel the
+    /// reconnect: a node that is slower to reconnect than the others answer still rejoins.
+    ///
+    /// Cancel safety: cancel-safe; the connect attempt goes on and its result is kept.
+    pub(crate) async fn connection(self: &Arc<Self>) -> Result<Lease, UnknownCause> {
+        let pending = {
+            let mut st = self.state();
+            if let Some((generation, conn)) = st.conn.clone() {
+                return Ok(Lease { generation, conn });
+            }
+            match &st.connecting {
+                Some(shared) => shared.clone(),
+                None => {
+                    let node = self.clone();
+                    let task = tokio::spawn(async move {
+                        let result =
+                            match tokio::time::timeout(node.probe_timeout, node.open()).await {
+                                Ok(r) => r,
+                                Err(_) => Err(UnknownCause::Unreachable(
+                                    "connect and safety probe timed out".into(),
+                                )),
+                            };
+                        node.state().connecting = None;
+                        result
+                    });
+                    let shared: Connecting = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(UnknownCause::Unreachable(format!(
+                                "connect task failed: {e}"
+                            )))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    st.connecting = Some(shared.clone());
+                    shared
+                }
+            }
+        };
+        pending.await
+    }
+
+    /// Open a connection, probe it, and store it as the current one.
+    async fn open(&self) -> Result<Lease, UnknownCause> {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Deadlines are enforced per request by the caller; the driver's own 500 ms
             // default must not cut a longer per-node deadline short.
             .set_response_timeout(None);
-        let mut conn = match self.client.get_multiplexed_async_connection_with_config(&config).await {
+        let mut conn = match self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 let msg = self.url.scrub(&e.to_string());
@@ -104,7 +160,9 @@ impl Node {
             Err(e) => {
                 let msg = self.url.scrub(&e.to_string());
                 self.state().last_error = Some(msg.clone());
-                return Err(UnknownCause::Unreachable(format!("safety probe failed: {msg}")));
+                return Err(UnknownCause::Unreachable(format!(
+                    "safety probe failed: {msg}"
+                )));
             }
         };
         let mut st = self.state();
@@ -129,7 +187,7 @@ impl Node {
     }
 
     /// Probe again over the current (or a new) connection and record the result.
-    pub(crate) async fn reprobe(&self) -> Result<Probe, UnknownCause> {
+    pub(crate) async fn reprobe(self: &Arc<Self>) -> Result<Probe, UnknownCause> {
         let lease = self.connection().await?;
         let mut conn = lease.conn;
         match probe(&mut conn).await {
@@ -154,7 +212,11 @@ impl Node {
     /// connection when the error leaves its reply stream in doubt.
     pub(crate) fn failed(&self, generation: u64, e: &redis::RedisError) -> UnknownCause {
         let msg = self.url.scrub(&e.to_string());
-        if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        if e.is_timeout()
+            || e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_unrecoverable_error()
+        {
             self.discard(generation);
             self.state().last_error = Some(msg.clone());
             if e.is_timeout() {
@@ -177,11 +239,14 @@ impl Node {
 
     /// Claim the right to run a background re-probe; false if one is already running.
     pub(crate) fn begin_reprobe(&self) -> bool {
-        !self.reprobing.swap(true, std::sync::atomic::Ordering::AcqRel)
+        !self
+            .reprobing
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
     pub(crate) fn end_reprobe(&self) {
-        self.reprobing.store(false, std::sync::atomic::Ordering::Release);
+        self.reprobing
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     pub(crate) fn last_error(&self) -> Option<String> {
@@ -211,12 +276,24 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
         .await;
     match config {
         Ok(pairs) => {
-            let get = |k: &str| pairs.chunks(2).find(|c| c[0] == k).and_then(|c| c.get(1)).cloned();
-            probe.appendfsync = get("appendfsync").ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
+            let get = |k: &str| {
+                pairs
+                    .chunks(2)
+                    .find(|c| c[0] == k)
+                    .and_then(|c| c.get(1))
+                    .cloned()
+            };
+            probe.appendfsync =
+                get("appendfsync").ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
             probe.no_appendfsync_on_rewrite = get("no-appendfsync-on-rewrite").map(|v| v == "yes");
         }
         Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => return Err(e),
-        Err(e) => probe.appendfsync = Err(format!("CONFIG GET not allowed: {}", e.code().unwrap_or("error"))),
+        Err(e) => {
+            probe.appendfsync = Err(format!(
+                "CONFIG GET not allowed: {}",
+                e.code().unwrap_or("error")
+            ))
+        }
     }
     Ok(probe)
 }

@@ -84,16 +84,36 @@ impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Finding::Unreachable(e) => write!(f, "unreachable: {e}"),
-            Finding::AofDisabled => f.write_str("AOF disabled (appendonly no): acknowledged writes are lost on restart"),
+            Finding::AofDisabled => {
+                f.write_str("AOF disabled (appendonly no): acknowledged writes are lost on restart")
+            }
             Finding::AofWriteFailing(s) => write!(f, "last AOF write failed ({s})"),
-            Finding::FsyncNotAlways(p) => write!(f, "appendfsync {p}: acknowledged writes can be lost on a crash (need always)"),
-            Finding::FsyncUnverified(e) => write!(f, "appendfsync unverified ({e}); attest it or allow CONFIG GET"),
-            Finding::FsyncAttested => f.write_str("appendfsync always attested by the operator (not verified)"),
-            Finding::NoFsyncOnRewrite => f.write_str("no-appendfsync-on-rewrite yes: fsync stops during AOF rewrites"),
-            Finding::EvictionPolicy(p) => write!(f, "maxmemory-policy {p}: keys can be evicted (need noeviction)"),
+            Finding::FsyncNotAlways(p) => write!(
+                f,
+                "appendfsync {p}: acknowledged writes can be lost on a crash (need always)"
+            ),
+            Finding::FsyncUnverified(e) => write!(
+                f,
+                "appendfsync unverified ({e}); attest it or allow CONFIG GET"
+            ),
+            Finding::FsyncAttested => {
+                f.write_str("appendfsync always attested by the operator (not verified)")
+            }
+            Finding::NoFsyncOnRewrite => {
+                f.write_str("no-appendfsync-on-rewrite yes: fsync stops during AOF rewrites")
+            }
+            Finding::EvictionPolicy(p) => write!(
+                f,
+                "maxmemory-policy {p}: keys can be evicted (need noeviction)"
+            ),
             Finding::SameServerAs(n) => write!(f, "same server as {n} (same run_id): counted once"),
             Finding::Restarted { previous, current } => {
-                write!(f, "restarted (run_id {} -> {})", short(previous), short(current))
+                write!(
+                    f,
+                    "restarted (run_id {} -> {})",
+                    short(previous),
+                    short(current)
+                )
             }
             Finding::OldVersion(v) => write!(f, "Redis {v} is older than 7.0"),
         }
@@ -152,7 +172,9 @@ impl Probe {
         match self.aof_enabled {
             Some(true) => {}
             Some(false) => out.push(Finding::AofDisabled),
-            None => out.push(Finding::Unreachable("INFO persistence lacks aof_enabled".into())),
+            None => out.push(Finding::Unreachable(
+                "INFO persistence lacks aof_enabled".into(),
+            )),
         }
         match self.aof_last_write_status.as_deref() {
             Some("ok") | None => {}
@@ -173,7 +195,11 @@ impl Probe {
             None => out.push(Finding::EvictionPolicy("unknown".into())),
         }
         if let Some(v) = &self.version {
-            let major: u32 = v.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+            let major: u32 = v
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
             if major < 7 {
                 out.push(Finding::OldVersion(v.clone()));
             }
@@ -200,7 +226,11 @@ pub struct NodeReport {
 impl NodeReport {
     /// Reachable and free of unsafe findings.
     pub fn is_safe(&self) -> bool {
-        self.probe.is_some() && !self.findings.iter().any(|f| f.severity() == Severity::Unsafe)
+        self.probe.is_some()
+            && !self
+                .findings
+                .iter()
+                .any(|f| f.severity() == Severity::Unsafe)
     }
 
     /// The most serious findings, as one line.
@@ -208,7 +238,11 @@ impl NodeReport {
         if self.findings.is_empty() {
             return "ok".into();
         }
-        self.findings.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        self.findings
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -220,7 +254,10 @@ pub fn duplicate_servers(run_ids: &[Option<&str>]) -> Vec<Option<NodeId>> {
         .enumerate()
         .map(|(i, id)| {
             let id = (*id)?;
-            run_ids[..i].iter().position(|other| *other == Some(id)).map(NodeId)
+            run_ids[..i]
+                .iter()
+                .position(|other| *other == Some(id))
+                .map(NodeId)
         })
         .collect()
 }
@@ -249,7 +286,10 @@ mod tests {
     fn each_unsafe_setting_is_named() {
         let mut p = safe_probe();
         p.appendfsync = Ok("everysec".into());
-        assert_eq!(p.findings(false), vec![Finding::FsyncNotAlways("everysec".into())]);
+        assert_eq!(
+            p.findings(false),
+            vec![Finding::FsyncNotAlways("everysec".into())]
+        );
 
         let mut p = safe_probe();
         p.aof_enabled = Some(false);
@@ -257,7 +297,10 @@ mod tests {
 
         let mut p = safe_probe();
         p.maxmemory_policy = Some("volatile-lru".into());
-        assert_eq!(p.findings(false), vec![Finding::EvictionPolicy("volatile-lru".into())]);
+        assert_eq!(
+            p.findings(false),
+            vec![Finding::EvictionPolicy("volatile-lru".into())]
+        );
 
         let mut p = safe_probe();
         p.no_appendfsync_on_rewrite = Some(true);
@@ -265,7 +308,10 @@ mod tests {
 
         let mut p = safe_probe();
         p.aof_last_write_status = Some("err".into());
-        assert_eq!(p.findings(false), vec![Finding::AofWriteFailing("err".into())]);
+        assert_eq!(
+            p.findings(false),
+            vec![Finding::AofWriteFailing("err".into())]
+        );
     }
 
     #[test]

@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand};
 use redquorum::{Client, Config, SafetyMode};
 
 #[derive(Parser, Debug)]
-#[command(name = "redquorum", version, about = "Coordination over N independent Redis nodes with majority quorums")]
+#[command(
+    name = "redquorum",
+    version,
+    about = "Coordination over N independent Redis nodes with majority quorums"
+)]
 struct Cli {
     /// Comma-separated node URLs (redis:// or rediss://). Defaults to $REDQUORUM_NODES.
     #[arg(long, global = true, env = "REDQUORUM_NODES", hide_env_values = true)]
@@ -97,8 +101,16 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
 
 async fn check(client: &Client) -> ExitCode {
     let reports = client.check().await;
-    let url_width = reports.iter().map(|r| r.url.len()).max().unwrap_or(3).max(3);
-    println!("{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} findings", "node", "url", "status", "votes", "version", "latency", "run_id");
+    let url_width = reports
+        .iter()
+        .map(|r| r.url.len())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    println!(
+        "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} findings",
+        "node", "url", "status", "votes", "version", "latency", "run_id"
+    );
     let mut all_safe = true;
     for r in &reports {
         let safe = r.is_safe();
@@ -107,7 +119,11 @@ async fn check(client: &Client) -> ExitCode {
             Some(p) => (
                 p.version.clone().unwrap_or_else(|| "?".into()),
                 format!("{:.2}ms", p.latency.as_secs_f64() * 1e3),
-                p.run_id.as_deref().and_then(|id| id.get(..8)).unwrap_or("?").to_string(),
+                p.run_id
+                    .as_deref()
+                    .and_then(|id| id.get(..8))
+                    .unwrap_or("?")
+                    .to_string(),
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
@@ -115,7 +131,13 @@ async fn check(client: &Client) -> ExitCode {
             "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {}",
             r.node.to_string(),
             r.url,
-            if safe { "OK" } else if r.probe.is_none() { "DOWN" } else { "UNSAFE" },
+            if safe {
+                "OK"
+            } else if r.probe.is_none() {
+                "DOWN"
+            } else {
+                "UNSAFE"
+            },
             if r.votes { "yes" } else { "no" },
             version,
             latency,
@@ -128,7 +150,11 @@ async fn check(client: &Client) -> ExitCode {
     let needed = client.majority().needed();
     println!(
         "{voting} of {n} nodes vote; a majority needs {needed}; {}",
-        if all_safe { "all nodes safe" } else { "NOT all nodes are safe and reachable" }
+        if all_safe {
+            "all nodes safe"
+        } else {
+            "NOT all nodes are safe and reachable"
+        }
     );
     if all_safe {
         ExitCode::SUCCESS

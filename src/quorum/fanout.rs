@@ -160,11 +160,29 @@ mod tests {
             (60_000, NodeOutcome::Applied(4)),
             (60_000, NodeOutcome::Applied(5)),
         ];
-        let tally = fan_out("test", Majority::of(5), Duration::from_secs(10), Wait::Decided, calls(script)).await;
+        let tally = fan_out(
+            "test",
+            Majority::of(5),
+            Duration::from_secs(10),
+            Wait::Decided,
+            calls(script),
+        )
+        .await;
         assert!(tally.reached());
-        assert_eq!(tally.elapsed(), Duration::from_millis(3), "a hung node must cost nothing here");
-        assert_eq!(tally.results()[3].outcome, NodeOutcome::Unknown(UnknownCause::Abandoned));
-        assert_eq!(tally.results().len(), 5, "every configured node has an entry");
+        assert_eq!(
+            tally.elapsed(),
+            Duration::from_millis(3),
+            "a hung node must cost nothing here"
+        );
+        assert_eq!(
+            tally.results()[3].outcome,
+            NodeOutcome::Unknown(UnknownCause::Abandoned)
+        );
+        assert_eq!(
+            tally.results().len(),
+            5,
+            "every configured node has an entry"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -177,11 +195,24 @@ mod tests {
             (4, NodeOutcome::Rejected(0)),
             (60_000, NodeOutcome::Applied(5)),
         ];
-        let tally = fan_out("test", Majority::of(5), Duration::from_millis(50), Wait::Decided, calls(script)).await;
+        let tally = fan_out(
+            "test",
+            Majority::of(5),
+            Duration::from_millis(50),
+            Wait::Decided,
+            calls(script),
+        )
+        .await;
         assert!(!tally.reached());
         assert_eq!(tally.elapsed(), Duration::from_millis(50));
-        assert_eq!(tally.results()[4].outcome, NodeOutcome::Unknown(UnknownCause::Timeout));
-        assert!(tally.results()[4].outcome.may_have_applied(), "a timeout is unknown, not 'not applied'");
+        assert_eq!(
+            tally.results()[4].outcome,
+            NodeOutcome::Unknown(UnknownCause::Timeout)
+        );
+        assert!(
+            tally.results()[4].outcome.may_have_applied(),
+            "a timeout is unknown, not 'not applied'"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -193,7 +224,14 @@ mod tests {
             (60_000, NodeOutcome::Applied(1)),
             (60_000, NodeOutcome::Applied(1)),
         ];
-        let tally = fan_out("test", Majority::of(5), Duration::from_secs(10), Wait::Decided, calls(script)).await;
+        let tally = fan_out(
+            "test",
+            Majority::of(5),
+            Duration::from_secs(10),
+            Wait::Decided,
+            calls(script),
+        )
+        .await;
         assert_eq!(tally.decision(), Decision::Impossible);
         assert_eq!(tally.elapsed(), Duration::from_millis(3));
         assert_eq!(tally.rejected(), 3);
@@ -206,7 +244,14 @@ mod tests {
             (2, NodeOutcome::Applied(2)),
             (30, NodeOutcome::Rejected(9)),
         ];
-        let tally = fan_out("test", Majority::of(3), Duration::from_millis(100), Wait::All, calls(script)).await;
+        let tally = fan_out(
+            "test",
+            Majority::of(3),
+            Duration::from_millis(100),
+            Wait::All,
+            calls(script),
+        )
+        .await;
         assert!(tally.reached());
         assert_eq!(tally.elapsed(), Duration::from_millis(30));
         let replies: Vec<u32> = tally.replies().map(|(_, v)| *v).collect();

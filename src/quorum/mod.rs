@@ -195,7 +195,11 @@ pub struct Tally<T> {
 }
 
 impl<T> Tally<T> {
-    pub(crate) fn new(majority: Majority, mut results: Vec<NodeResult<T>>, elapsed: Duration) -> Self {
+    pub(crate) fn new(
+        majority: Majority,
+        mut results: Vec<NodeResult<T>>,
+        elapsed: Duration,
+    ) -> Self {
         results.sort_by_key(|r| r.node);
         Tally {
             majority,
@@ -221,7 +225,10 @@ impl<T> Tally<T> {
 
     /// How many nodes applied the operation.
     pub fn applied(&self) -> usize {
-        self.results.iter().filter(|r| r.outcome.is_applied()).count()
+        self.results
+            .iter()
+            .filter(|r| r.outcome.is_applied())
+            .count()
     }
 
     /// How many nodes replied that they did not apply it.
@@ -266,11 +273,23 @@ mod tests {
 
     #[test]
     fn majority_of_small_clusters() {
-        let table = [(1, 1, 0), (2, 2, 0), (3, 2, 1), (4, 3, 1), (5, 3, 2), (6, 4, 2), (7, 4, 3)];
+        let table = [
+            (1, 1, 0),
+            (2, 2, 0),
+            (3, 2, 1),
+            (4, 3, 1),
+            (5, 3, 2),
+            (6, 4, 2),
+            (7, 4, 3),
+        ];
         for (n, needed, tolerated) in table {
             let m = Majority::of(n);
             assert_eq!(m.needed(), needed, "majority of {n}");
-            assert_eq!(m.tolerated_failures(), tolerated, "failures tolerated by {n}");
+            assert_eq!(
+                m.tolerated_failures(),
+                tolerated,
+                "failures tolerated by {n}"
+            );
         }
     }
 
@@ -278,7 +297,10 @@ mod tests {
     fn two_majorities_always_intersect() {
         for n in 1..=9 {
             let m = Majority::of(n);
-            assert!(2 * m.needed() > n, "two majorities of {n} could be disjoint");
+            assert!(
+                2 * m.needed() > n,
+                "two majorities of {n} could be disjoint"
+            );
         }
     }
 
@@ -287,9 +309,17 @@ mod tests {
         let m = Majority::of(5);
         assert_eq!(m.decide(3, 0), Decision::Reached);
         assert_eq!(m.decide(2, 0), Decision::Pending);
-        assert_eq!(m.decide(2, 2), Decision::Pending, "one pending node could still make it");
+        assert_eq!(
+            m.decide(2, 2),
+            Decision::Pending,
+            "one pending node could still make it"
+        );
         assert_eq!(m.decide(2, 3), Decision::Impossible);
-        assert_eq!(m.decide(0, 3), Decision::Impossible, "two pending cannot make three");
+        assert_eq!(
+            m.decide(0, 3),
+            Decision::Impossible,
+            "two pending cannot make three"
+        );
         assert_eq!(m.decide(0, 2), Decision::Pending);
     }
 
@@ -298,7 +328,8 @@ mod tests {
         let lost: NodeOutcome<()> = NodeOutcome::Unknown(UnknownCause::Timeout);
         assert!(lost.may_have_applied());
         assert!(!lost.is_applied());
-        let never_sent: NodeOutcome<()> = NodeOutcome::Unknown(UnknownCause::Unreachable("refused".into()));
+        let never_sent: NodeOutcome<()> =
+            NodeOutcome::Unknown(UnknownCause::Unreachable("refused".into()));
         assert!(!never_sent.may_have_applied());
     }
 }

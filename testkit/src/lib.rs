@@ -7,6 +7,23 @@
 //! partition), [`TestNode::refuse`], [`TestNode::drop_replies`],
 //! [`TestNode::set_latency`] and [`TestNode::heal`].
 //!
+//! ```no_run
+//! use redquorum_testkit::Cluster;
+//!
+//! # async fn demo() {
+//! let cluster = Cluster::start(3).await;
+//! let urls = cluster.urls(); // through the fault proxies
+//! cluster.node(2).cut_off(); // silent partition of node 2
+//! cluster.node(1).kill().await; // kill -9, data kept
+//! // ... exercise the code under test with `urls` ...
+//! cluster.node(1).restart().await; // same data, same ports
+//! cluster.node(2).heal();
+//! # }
+//! ```
+//!
+//! Timing relies on real time: do not call `tokio::time::pause()` in a test that uses
+//! a cluster (readiness polling, proxy latency and redis-rs timeouts would misfire).
+//!
 //! The image comes from `scripts/build-redis-image.sh` (no registry needed); see
 //! [`image_name`]. Every container is removed when its [`TestNode`] is dropped, also
 //! when a test panics, also when the node is frozen.

@@ -155,7 +155,10 @@ impl TestNode {
         password: Option<&str>,
     ) -> MultiplexedConnection {
         let index = self.index;
-        match self.try_direct_connection(username, password, DIRECT_TIMEOUT).await {
+        match self
+            .try_direct_connection(username, password, DIRECT_TIMEOUT)
+            .await
+        {
             Ok(con) => con,
             Err(e) => panic!(
                 "node {index}: direct connection to {} failed: {e}",

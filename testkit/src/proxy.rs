@@ -156,7 +156,13 @@ async fn handle_connection(client: TcpStream, upstream: SocketAddr, rx: watch::R
         rx.clone(),
         &tainted,
     );
-    let replies = pump(node_read, client_write, Direction::Reply, rx.clone(), &tainted);
+    let replies = pump(
+        node_read,
+        client_write,
+        Direction::Reply,
+        rx.clone(),
+        &tainted,
+    );
     tokio::select! {
         _ = async { tokio::try_join!(requests, replies) } => {}
         _ = close_on_fault(rx, &tainted) => {}

@@ -118,6 +118,14 @@ async fn killed_node_fails_then_restarts_with_its_aof_data() {
         matches!(old, Outcome::Failed(_)),
         "node 0 killed: a PING on a connection opened before the kill should fail, got {old:?}"
     );
+    // A partition in front of a dead node still looks silent, not refused.
+    node.cut_off();
+    assert_eq!(
+        fresh_ping(&node.url(), SHORT).await,
+        Outcome::TimedOut,
+        "node 0 killed and cut off: a fresh connection should hang, not fail"
+    );
+    node.heal();
     // The other nodes are untouched.
     assert_eq!(
         fresh_ping(&cluster.node(1).url(), Duration::from_secs(3)).await,
@@ -137,7 +145,10 @@ async fn killed_node_fails_then_restarts_with_its_aof_data() {
         "node 0: the key written before kill -9 is gone after restart (AOF not replayed?)"
     );
     let mut direct = node.direct_connection().await;
-    assert_eq!(get(&mut direct, "story").await.as_deref(), Some("written on node 0"));
+    assert_eq!(
+        get(&mut direct, "story").await.as_deref(),
+        Some("written on node 0")
+    );
 
     node.kill_and_restart().await;
     assert_eq!(
@@ -152,7 +163,10 @@ async fn frozen_node_hangs_until_thawed() {
     let cluster = Cluster::start(1).await;
     let node = cluster.node(0);
     let mut con = connect(&node.url()).await.expect("node 0: connect");
-    assert_eq!(ping_on(&mut con, SHORT).await, Outcome::Answered("PONG".into()));
+    assert_eq!(
+        ping_on(&mut con, SHORT).await,
+        Outcome::Answered("PONG".into())
+    );
 
     node.freeze().await;
     assert!(node.is_frozen());
@@ -250,18 +264,8 @@ async fn proxy_faults_cut_drop_refuse_and_delay() {
     );
 
     // --- lost replies
+    let mut con = connect(&url).await.expect("connect before drop_replies");
     node.drop_replies();
-    let mut con = connect(&url).await;
-    // Connecting may itself need a reply; use a connection opened before if so.
-    let mut con = match con.take() {
-        Some(c) => c,
-        None => {
-            node.heal();
-            let c = connect(&url).await.expect("connect before drop_replies");
-            node.drop_replies();
-            c
-        }
-    };
     let write = tokio::time::timeout(
         SHORT,
         redis::cmd("SET")
@@ -338,7 +342,8 @@ async fn proxy_faults_cut_drop_refuse_and_delay() {
     );
 }
 
-#[tokio::test]
+// Multi-threaded on purpose: testcontainers drops containers differently per runtime flavor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_cluster_removes_frozen_containers() {
     let cluster = Cluster::start(2).await;
     let ids: Vec<String> = cluster
@@ -392,7 +397,10 @@ async fn extra_args_override_the_safe_defaults() {
     let mut safe = cluster.node(0).direct_connection().await;
     assert_eq!(config_get(&mut safe, "appendfsync").await, "always");
     assert_eq!(config_get(&mut safe, "appendonly").await, "yes");
-    assert_eq!(config_get(&mut safe, "maxmemory-policy").await, "noeviction");
+    assert_eq!(
+        config_get(&mut safe, "maxmemory-policy").await,
+        "noeviction"
+    );
     assert_eq!(config_get(&mut safe, "save").await, "");
 
     let mut relaxed = cluster.node(1).direct_connection().await;
@@ -402,4 +410,48 @@ async fn extra_args_override_the_safe_defaults() {
         "node 1 was started with --appendfsync everysec"
     );
     assert_eq!(config_get(&mut relaxed, "appendonly").await, "yes");
+}
+
+#[tokio::test]
+async fn a_panicking_test_leaves_no_containers_behind() {
+    let (ids_tx, ids_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
+    let outcome = tokio::spawn(async move {
+        let cluster = Cluster::start(2).await;
+        cluster.node(1).freeze().await;
+        cluster.node(0).cut_off();
+        let ids = cluster
+            .nodes()
+            .iter()
+            .map(|n| n.container_id().to_string())
+            .collect();
+        ids_tx.send(ids).expect("send container ids");
+        panic!("deliberate panic with a frozen node and a cut-off node");
+    })
+    .await;
+    assert!(
+        outcome.as_ref().is_err_and(|e| e.is_panic()),
+        "the inner test should have panicked, got {outcome:?}"
+    );
+    let ids = ids_rx.await.expect("the inner test sent its container ids");
+
+    let docker = testcontainers::core::client::docker_client_instance()
+        .await
+        .expect("connect to Docker");
+    let mut left = Vec::new();
+    for id in &ids {
+        if docker
+            .inspect_container(
+                id,
+                None::<testcontainers::bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .is_ok()
+        {
+            left.push(id.clone());
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "containers of a panicked test are still there: {left:?}"
+    );
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The demo: shows what redquorum can do so far against real nodes.
+#
+# With REDQUORUM_NODES set, it uses those nodes. Without it, it builds the local Redis image
+# if needed, brings up the five docker-compose nodes on 127.0.0.1:7001-7005, runs the demo,
+# and tears the nodes down again (volumes included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+compose() {
+    if command -v docker-compose >/dev/null 2>&1; then docker-compose -p redquorum-demo "$@"
+    else docker compose -p redquorum-demo "$@"; fi
+}
+
+if [[ -z "${REDQUORUM_NODES:-}" ]]; then
+    if ! command -v redis-server >/dev/null 2>&1 && ! docker image inspect "${REDQUORUM_REDIS_IMAGE:-redquorum-redis:7.0}" >/dev/null 2>&1; then
+        echo "demo: installing Debian's redis-server (source of the node image)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    fi
+    scripts/build-redis-image.sh >/dev/null
+    trap 'echo "demo: tearing the nodes down"; compose down -v >/dev/null 2>&1 || true' EXIT
+    echo "demo: starting five Redis nodes on 127.0.0.1:7001-7005"
+    compose up -d >/dev/null 2>&1 || compose up -d
+    export REDQUORUM_NODES="redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005"
+    for port in 7001 7002 7003 7004 7005; do
+        for _ in $(seq 1 100); do
+            if (exec 3<>/dev/tcp/127.0.0.1/$port && printf 'PING\r\n' >&3 && head -c 5 <&3 | grep -q PONG) 2>/dev/null; then break; fi
+            sleep 0.1
+        done
+    done
+fi
+
+cargo build -q --workspace --examples --bins
+echo
+echo "== redquorum check: every node's safety findings =="
+./target/debug/redquorum check
+echo
+for example in examples/*.rs; do
+    name="$(basename "$example" .rs)"
+    echo "== example: $name =="
+    cargo run -q --example "$name"
+    echo
+done

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine of this kind: installs Debian's redis-server
+# (needed to build the node image) if missing, builds the local Redis image, then runs every
+# test of the workspace (unit, integration against real Redis containers, doc tests).
+#
+# Usage: scripts/test.sh [extra nextest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "test: installing Debian's redis-server (source of the node image)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
+scripts/build-redis-image.sh
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "test: installing cargo-nextest"
+    cargo install --locked cargo-nextest
+fi
+
+cargo nextest run --workspace --profile ci "$@"
+cargo test --workspace --doc
