@@ -381,9 +381,30 @@ async fn an_unverifiable_fsync_policy_is_never_reported_ok() {
     client.ping().await.expect("attested nodes vote");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Collects everything logged at TRACE level on this thread.
+#[derive(Clone, Default)]
+struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// Single-threaded so that every task logs into this test's capturing subscriber.
+#[tokio::test(flavor = "current_thread")]
 async fn passwords_never_appear_in_display_debug_logs_or_errors() {
-    init_tracing();
+    let logs = LogCapture::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     const PW: &str = "Sup3r-Secret-Pw";
     let cluster = Cluster::start_with(vec![
         NodeSpec::with_args(&["--requirepass", PW]),
@@ -412,8 +433,13 @@ async fn passwords_never_appear_in_display_debug_logs_or_errors() {
     let malformed =
         Config::from_urls([format!("redis://default:{PW}@host:notaport")]).expect_err("bad port");
 
+    let logged = String::from_utf8_lossy(&logs.0.lock().expect("log buffer")).into_owned();
+    assert!(
+        logged.contains("quorum"),
+        "the capture saw the quorum spans: {logged}"
+    );
     let everything = format!(
-        "{config:?} {client:?} {reports:?} {err} {err:?} {bad_reports:?} {malformed} {malformed:?} {}",
+        "{logged} {config:?} {client:?} {reports:?} {err} {err:?} {bad_reports:?} {malformed} {malformed:?} {}",
         reports.iter().map(|r| r.summary()).collect::<Vec<_>>().join(" ")
     );
     for secret in [PW, "Wr0ng-Passw0rd"] {

@@ -388,9 +388,17 @@ impl TestNode {
     }
 
     async fn ping_once(&self) -> Result<(), String> {
+        // A node started with --requirepass answers NOAUTH to an unauthenticated PING.
+        let password = self
+            .spec
+            .extra_args
+            .windows(2)
+            .rev()
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].clone());
         let attempt = async {
             let mut con = self
-                .try_direct_connection(None, None, Duration::from_secs(1))
+                .try_direct_connection(None, password.as_deref(), Duration::from_secs(1))
                 .await
                 .map_err(|e| e.to_string())?;
             let pong: String = redis::cmd("PING")
