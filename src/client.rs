@@ -18,20 +18,45 @@ use crate::quorum::fanout::{self, NodeCall, Wait};
 use crate::quorum::{Majority, NodeId, NodeOutcome, Tally, UnknownCause};
 use crate::safety::{duplicate_servers, Finding, NodeReport, Severity};
 
+/// Which nodes a raw fan-out asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Targets {
+    All,
+    Only(usize),
+}
+
+impl Targets {
+    fn includes(self, i: usize) -> bool {
+        match self {
+            Targets::All => true,
+            Targets::Only(j) => i == j,
+        }
+    }
+}
+
+/// One node's connection, handed to a quorum operation's per-node step.
+pub(crate) struct NodeConn {
+    pub(crate) node: NodeId,
+    pub(crate) conn: MultiplexedConnection,
+    /// The marker value this node must hold for its vote to count (its run_id), or `*` when
+    /// amnesia protection is off.
+    pub(crate) marker: Arc<str>,
+}
+
 /// A handle on N independent Redis nodes. Cheap to clone; clones share connections.
 ///
 /// Build it with [`Client::connect`]. It never fails because nodes are down: connections are
 /// opened lazily, re-opened after failures, and a minority of absent nodes is expected.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    config: Config,
-    nodes: Vec<Arc<Node>>,
-    urls: Vec<String>,
-    majority: Majority,
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) urls: Vec<String>,
+    pub(crate) majority: Majority,
 }
 
 impl std::fmt::Debug for Client {
@@ -78,18 +103,31 @@ impl Client {
         }
         let client = Client {
             inner: Arc::new(Inner {
-                majority: Majority::of(nodes.len()),
+                majority: match config.quorum_override {
+                    Some(needed) => Majority::unsafe_quorum_for_tests(nodes.len(), needed),
+                    None => Majority::of(nodes.len()),
+                },
                 urls: config.nodes.iter().map(ToString::to_string).collect(),
                 config,
                 nodes,
             }),
         };
         let warmup = client
-            .fan_out("connect", Wait::All, |_, _| async {
+            .fan_out_raw("connect", Wait::All, Targets::All, None, |_| async {
                 Ok(NodeOutcome::Applied(()))
             })
             .await;
         tracing::debug!(reachable = warmup.applied(), "client connected");
+        // Nodes without a valid marker (a new cluster, a wiped or restarted node) are
+        // repaired now, so the first operation does not find them quarantined.
+        let quarantined: Vec<usize> = (0..client.inner.nodes.len())
+            .filter(|i| client.quarantine_reason(*i).is_some())
+            .collect();
+        if !quarantined.is_empty() {
+            let deadline = client.inner.config.operation_timeout;
+            let repairs = quarantined.into_iter().map(|i| client.repair(i));
+            let _ = tokio::time::timeout(deadline, futures::future::join_all(repairs)).await;
+        }
         Ok(client)
     }
 
@@ -118,8 +156,10 @@ impl Client {
     /// Cancel-safe (a PING has no effect).
     pub async fn ping(&self) -> Result<Tally<()>, Error> {
         let tally = self
-            .fan_out("ping", Wait::Decided, |_, mut conn| async move {
-                redis::cmd("PING").query_async::<String>(&mut conn).await?;
+            .fan_out("ping", Wait::Decided, |mut nc: NodeConn| async move {
+                redis::cmd("PING")
+                    .query_async::<String>(&mut nc.conn)
+                    .await?;
                 Ok(NodeOutcome::Applied(()))
             })
             .await;
@@ -189,7 +229,10 @@ impl Client {
         let duplicates = duplicate_servers(&run_ids);
         let (probe, restarted_from, _) = snapshots.get(i).cloned().unwrap_or((None, None, true));
         let mut findings = match &probe {
-            Some(p) => p.findings(inner.config.attest_fsync_always),
+            Some(p) => p.findings(
+                inner.config.attest_fsync_always,
+                inner.config.amnesia_protection,
+            ),
             None => vec![Finding::Unreachable(
                 inner.nodes[i]
                     .last_error()
@@ -222,7 +265,7 @@ impl Client {
     }
 
     /// Why node `i` may not vote right now, if it may not.
-    fn exclusion(&self, i: usize) -> Option<String> {
+    pub(crate) fn exclusion(&self, i: usize) -> Option<String> {
         let report = self.report(i);
         if report.votes {
             return None;
@@ -250,7 +293,7 @@ impl Client {
         }
     }
 
-    /// Send `op` to every node concurrently through the fan-out primitive.
+    /// Send `op` to every voting node concurrently through the fan-out primitive.
     ///
     /// Per node: get (or open and probe) its connection, skip it if it may not vote, run
     /// `op`, all within the per-node deadline. A timed-out or broken connection is discarded.
@@ -258,20 +301,64 @@ impl Client {
     pub(crate) async fn fan_out<T, F, Fut>(&self, name: &'static str, wait: Wait, op: F) -> Tally<T>
     where
         T: Send + 'static,
-        F: Fn(NodeId, MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
-        let node_timeout = self.inner.config.node_timeout;
+        self.fan_out_with(name, wait, None, true, Targets::All, op)
+            .await
+    }
+
+    /// Like [`fan_out`](Self::fan_out) but also to nodes that may not vote (for reads that
+    /// repair and check nodes), optionally skipping one node and with a longer deadline.
+    pub(crate) async fn fan_out_raw<T, F, Fut>(
+        &self,
+        name: &'static str,
+        wait: Wait,
+        targets: Targets,
+        deadline: Option<Duration>,
+        op: F,
+    ) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        self.fan_out_with(name, wait, deadline, false, targets, op)
+            .await
+    }
+
+    async fn fan_out_with<T, F, Fut>(
+        &self,
+        name: &'static str,
+        wait: Wait,
+        deadline: Option<Duration>,
+        voting_only: bool,
+        targets: Targets,
+        op: F,
+    ) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
         let calls: Vec<(NodeId, NodeCall<T>)> = self
             .inner
             .nodes
             .iter()
             .map(|node| {
-                let call: NodeCall<T> = Box::pin(self.clone().call_node(
-                    node.clone(),
-                    node_timeout,
-                    op.clone(),
-                ));
+                let call: NodeCall<T> = if !targets.includes(node.id.0) {
+                    Box::pin(futures::future::ready(NodeOutcome::Unknown(
+                        UnknownCause::Excluded("not asked by this operation".into()),
+                    )))
+                } else {
+                    Box::pin(self.clone().call_node(
+                        node.clone(),
+                        node_timeout,
+                        voting_only,
+                        op.clone(),
+                    ))
+                };
                 (node.id, call)
             })
             .collect();
@@ -291,10 +378,11 @@ impl Client {
         self,
         node: Arc<Node>,
         node_timeout: Duration,
+        voting_only: bool,
         op: F,
     ) -> NodeOutcome<T>
     where
-        F: Fn(NodeId, MultiplexedConnection) -> Fut,
+        F: Fn(NodeConn) -> Fut,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>>,
     {
         let mut generation = None;
@@ -304,11 +392,26 @@ impl Client {
                 Err(cause) => return NodeOutcome::Unknown(cause),
             };
             generation = Some(lease.generation);
-            if let Some(why) = self.exclusion(node.id.0) {
-                return NodeOutcome::Unknown(UnknownCause::Excluded(why));
+            if voting_only {
+                if let Some(why) = self.exclusion(node.id.0) {
+                    if self.quarantine_reason(node.id.0).is_some() {
+                        self.spawn_repair(node.id.0);
+                    }
+                    return NodeOutcome::Unknown(UnknownCause::Excluded(why));
+                }
             }
             self.maybe_reprobe(&node);
-            match op(node.id, lease.conn).await {
+            let marker: Arc<str> = if self.inner.config.amnesia_protection {
+                lease.run_id.clone()
+            } else {
+                "*".into()
+            };
+            let conn = NodeConn {
+                node: node.id,
+                conn: lease.conn,
+                marker,
+            };
+            match op(conn).await {
                 Ok(outcome) => outcome,
                 Err(e) => NodeOutcome::Unknown(node.failed(lease.generation, &e)),
             }

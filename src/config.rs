@@ -229,6 +229,8 @@ pub struct Config {
     pub(crate) recheck_interval: Duration,
     pub(crate) safety: SafetyMode,
     pub(crate) attest_fsync_always: bool,
+    pub(crate) amnesia_protection: bool,
+    pub(crate) quorum_override: Option<usize>,
 }
 
 /// Smallest duration accepted anywhere.
@@ -272,6 +274,8 @@ impl Config {
             recheck_interval: Duration::from_secs(30),
             safety: SafetyMode::Strict,
             attest_fsync_always: false,
+            amnesia_protection: true,
+            quorum_override: None,
         })
     }
 
@@ -327,6 +331,23 @@ impl Config {
     /// policy excludes the node in strict mode.
     pub fn with_fsync_always_attested(mut self, attested: bool) -> Self {
         self.attest_fsync_always = attested;
+        self
+    }
+
+    /// TEST ONLY: switch off node-amnesia protection (marker check, quarantine, repair and
+    /// the per-process high-water mark), so a test can show that its checker catches the
+    /// violations this protection prevents. Never use it in production.
+    #[doc(hidden)]
+    pub fn with_amnesia_protection_disabled_for_tests(mut self) -> Self {
+        self.amnesia_protection = false;
+        self
+    }
+
+    /// TEST ONLY: count `needed` nodes as a quorum instead of a majority (for example N/2),
+    /// so a test can show that its checker catches split-brain. Never use it in production.
+    #[doc(hidden)]
+    pub fn with_unsafe_quorum_for_tests(mut self, needed: usize) -> Self {
+        self.quorum_override = Some(needed);
         self
     }
 
@@ -411,6 +432,14 @@ impl Config {
         }
         if n < 3 {
             out.push(format!("{n} node(s): no failure can be tolerated"));
+        }
+        if !self.amnesia_protection {
+            out.push("amnesia protection is OFF (test-only switch): a wiped node can break every guarantee".into());
+        }
+        if let Some(q) = self.quorum_override {
+            out.push(format!(
+                "quorum overridden to {q} of {n} (test-only switch): majorities may not intersect"
+            ));
         }
         if self.safety == SafetyMode::Permissive {
             out.push("permissive safety mode: unsafe nodes vote; no guarantee holds".into());

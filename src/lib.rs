@@ -37,10 +37,13 @@ mod error;
 mod keys;
 mod node;
 pub mod quorum;
+mod repair;
 pub mod safety;
+mod scripts;
 
 pub use client::Client;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
+pub use scripts::VALUE_LIMIT;

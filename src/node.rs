@@ -18,13 +18,14 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::config::NodeUrl;
+use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::{NodeId, UnknownCause};
 use crate::safety::Probe;
 
 /// What the node keeps between requests.
 #[derive(Default)]
 struct State {
-    conn: Option<(u64, MultiplexedConnection)>,
+    conn: Option<Lease>,
     next_generation: u64,
     probe: Option<Probe>,
     probed_at: Option<Instant>,
@@ -47,6 +48,8 @@ pub(crate) struct Node {
     probe_timeout: Duration,
     /// Set while a background re-probe runs, so a burst of requests starts only one.
     reprobing: std::sync::atomic::AtomicBool,
+    /// Set while a repair of this node runs (single flight).
+    pub(crate) repairing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -63,6 +66,9 @@ impl std::fmt::Debug for Node {
 pub(crate) struct Lease {
     pub(crate) generation: u64,
     pub(crate) conn: MultiplexedConnection,
+    /// The server's run_id when this connection was opened (a restart breaks the connection,
+    /// so it holds for the connection's whole life).
+    pub(crate) run_id: Arc<str>,
 }
 
 impl Node {
@@ -82,6 +88,7 @@ impl Node {
             state: Mutex::new(State::default()),
             probe_timeout,
             reprobing: std::sync::atomic::AtomicBool::new(false),
+            repairing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -101,8 +108,8 @@ impl Node {
     pub(crate) async fn connection(self: &Arc<Self>) -> Result<Lease, UnknownCause> {
         let pending = {
             let mut st = self.state();
-            if let Some((generation, conn)) = st.conn.clone() {
-                return Ok(Lease { generation, conn });
+            if let Some(lease) = st.conn.clone() {
+                return Ok(lease);
             }
             match &st.connecting {
                 Some(shared) => shared.clone(),
@@ -167,11 +174,15 @@ impl Node {
         };
         let mut st = self.state();
         st.next_generation += 1;
-        let generation = st.next_generation;
+        let lease = Lease {
+            generation: st.next_generation,
+            conn,
+            run_id: probe.run_id.clone().unwrap_or_default().into(),
+        };
         self.record_probe(&mut st, probe);
-        st.conn = Some((generation, conn.clone()));
+        st.conn = Some(lease.clone());
         st.last_error = None;
-        Ok(Lease { generation, conn })
+        Ok(lease)
     }
 
     fn record_probe(&self, st: &mut State, probe: Probe) {
@@ -203,7 +214,7 @@ impl Node {
     /// Drop connection `generation` if it is still the current one.
     pub(crate) fn discard(&self, generation: u64) {
         let mut st = self.state();
-        if matches!(st.conn, Some((g, _)) if g == generation) {
+        if st.conn.as_ref().is_some_and(|l| l.generation == generation) {
             st.conn = None;
         }
     }
@@ -295,5 +306,9 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
             ))
         }
     }
+    probe.marker = redis::cmd("GET")
+        .arg(fixed_key(KeyKind::Marker))
+        .query_async(conn)
+        .await?;
     Ok(probe)
 }

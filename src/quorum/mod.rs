@@ -35,6 +35,7 @@ impl fmt::Display for NodeId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Majority {
     n: usize,
+    needed: usize,
 }
 
 /// What a quorum operation may conclude from the answers it has so far.
@@ -51,7 +52,17 @@ pub enum Decision {
 impl Majority {
     /// The majority of `n` nodes. `n` must be at least 1 (the configuration guarantees it).
     pub const fn of(n: usize) -> Self {
-        Majority { n }
+        Majority {
+            n,
+            needed: n / 2 + 1,
+        }
+    }
+
+    /// A quorum of `needed` out of `n` that is NOT a majority when `needed <= n / 2`: only for
+    /// tests that show a checker catches what a real majority prevents.
+    #[doc(hidden)]
+    pub const fn unsafe_quorum_for_tests(n: usize, needed: usize) -> Self {
+        Majority { n, needed }
     }
 
     /// Number of configured nodes.
@@ -61,14 +72,14 @@ impl Majority {
 
     /// Nodes needed for a majority: `n / 2 + 1`.
     pub const fn needed(self) -> usize {
-        self.n / 2 + 1
+        self.needed
     }
 
     /// How many nodes may fail while a majority stays possible: `(n - 1) / 2`.
     ///
     /// An even `n` tolerates no more failures than `n - 1` does.
     pub const fn tolerated_failures(self) -> usize {
-        self.n.saturating_sub(1) / 2
+        self.n.saturating_sub(self.needed)
     }
 
     /// Decide from `applied` nodes that applied and `settled_not_applied` nodes that will

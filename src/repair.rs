@@ -1,0 +1,309 @@
+//! Node amnesia: quarantine and repair.
+//!
+//! A node that lost its data (wiped disk, replaced host, FLUSHALL, a restart without its AOF)
+//! silently breaks the majority-intersection argument: an ID accepted by {A, B, C} is lost
+//! with B, and {B, D, E} could accept it again. So every node carries a marker (`rq:marker`)
+//! holding the run_id of the incarnation that was last verified to hold every value a
+//! majority accepted. The scripts refuse to vote unless the marker equals the run_id the
+//! client saw when it connected; the client quarantines a node whose marker is missing or
+//! names another run_id (it lost data, or restarted since it was verified).
+//!
+//! Repair raises every monotonic register on the node to the largest value read from a
+//! majority of the *other* nodes that hold a marker, then writes the marker. Why that is
+//! enough: any set M that accepted a value is a majority; M minus the repaired node has
+//! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
+//! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
+//! while the node was quarantined were accepted by majorities without it, which any later
+//! majority meets at a node other than it.
+//!
+//! Bootstrap (a new cluster): when at least a majority of nodes is reachable, fewer than a
+//! majority of them hold a marker, and no reachable node holds any register, no majority can
+//! ever have accepted a value (that would need more faulty nodes than a minority), so every
+//! reachable unmarked node is marked without raising anything.
+//!
+//! Architecture invariant: a node votes only while its marker equals its current run_id, and
+//! the marker is written only after the node holds every value a majority accepted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::client::{Client, NodeConn, Targets};
+use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
+use crate::quorum::fanout::Wait;
+use crate::quorum::NodeOutcome;
+use crate::scripts::RAISE;
+
+/// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
+/// names never reach a SCAN pattern.
+const MONOTONIC_PATTERNS: &[&str] = &["rq:id:*"];
+
+/// What one node holds: its marker and every monotonic register.
+#[derive(Clone, Debug, Default)]
+struct Holdings {
+    run_id: String,
+    marker: Option<String>,
+    registers: BTreeMap<String, u64>,
+}
+
+/// How a repair attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RepairOutcome {
+    /// The node was not quarantined (or protection is off).
+    NotNeeded,
+    /// The node was raised from a majority of the others and marked.
+    Repaired { raised: usize },
+    /// A new cluster: the reachable unmarked nodes were marked.
+    Bootstrapped { marked: usize },
+    /// Not possible now (too few marked nodes reachable); retried on a later operation.
+    Deferred(String),
+}
+
+impl Client {
+    /// Why node `i` must be repaired before it votes, if it must.
+    pub(crate) fn quarantine_reason(&self, i: usize) -> Option<String> {
+        if !self.inner.config.amnesia_protection {
+            return None;
+        }
+        let (probe, _, _) = self.inner.nodes.get(i)?.snapshot(Duration::MAX);
+        probe?.quarantine_reason()
+    }
+
+    /// Start a repair of node `i` in the background unless one is running.
+    pub(crate) fn spawn_repair(&self, i: usize) {
+        let Some(node) = self.inner.nodes.get(i).cloned() else {
+            return;
+        };
+        if node
+            .repairing
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            let outcome = client.repair(i).await;
+            if matches!(outcome, RepairOutcome::Deferred(_)) {
+                // Do not hammer the cluster while a repair is impossible.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            node.repairing
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    /// A node refused a vote because of its marker: probe it again (it will show as
+    /// quarantined) and repair it.
+    pub(crate) fn suspect(&self, i: usize) {
+        let Some(node) = self.inner.nodes.get(i).cloned() else {
+            return;
+        };
+        let client = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(client.inner.config.node_timeout, node.reprobe()).await;
+            client.spawn_repair(i);
+        });
+    }
+
+    /// Repair node `i` if it is quarantined. Cancel-safe: an interrupted repair leaves the
+    /// node quarantined (the marker is written last).
+    pub(crate) async fn repair(&self, i: usize) -> RepairOutcome {
+        let outcome = self.try_repair(i).await;
+        let node = &self.inner.nodes[i];
+        match &outcome {
+            RepairOutcome::NotNeeded => {}
+            RepairOutcome::Repaired { raised } => {
+                tracing::warn!(node = %node.id, url = %node.url, raised, "quarantined node repaired: it votes again")
+            }
+            RepairOutcome::Bootstrapped { marked } => {
+                tracing::info!(node = %node.id, marked, "new cluster: reachable nodes marked")
+            }
+            RepairOutcome::Deferred(why) => {
+                tracing::warn!(node = %node.id, url = %node.url, why = %why, "quarantined node cannot be repaired yet")
+            }
+        }
+        outcome
+    }
+
+    async fn try_repair(&self, i: usize) -> RepairOutcome {
+        let inner = &self.inner;
+        let node = &inner.nodes[i];
+        let probe = match node.reprobe().await {
+            Ok(p) => p,
+            Err(e) => return RepairOutcome::Deferred(format!("cannot probe the node: {e}")),
+        };
+        let reason = match (inner.config.amnesia_protection, probe.quarantine_reason()) {
+            (true, Some(reason)) => reason,
+            _ => return RepairOutcome::NotNeeded,
+        };
+        let Some(run_id) = probe.run_id.clone() else {
+            return RepairOutcome::Deferred("the node reports no run_id".into());
+        };
+        tracing::warn!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
+
+        let deadline = Some(inner.config.operation_timeout);
+        let tally = self
+            .fan_out_raw(
+                "repair.read",
+                Wait::All,
+                Targets::All,
+                deadline,
+                |nc: NodeConn| async move { read_holdings(nc).await.map(NodeOutcome::Applied) },
+            )
+            .await;
+        let needed = inner.majority.needed();
+        let mut seen_servers = HashSet::new();
+        let mut sources: Vec<&Holdings> = Vec::new();
+        let mut reachable = 0usize;
+        let mut marked = 0usize;
+        let mut any_registers = false;
+        for (id, h) in tally.replies() {
+            if !seen_servers.insert(h.run_id.clone()) {
+                continue; // a second URL to a server already counted
+            }
+            reachable += 1;
+            any_registers |= !h.registers.is_empty();
+            if h.marker.is_some() {
+                marked += 1;
+                if id.0 != i {
+                    sources.push(h);
+                }
+            }
+        }
+
+        if sources.len() >= needed {
+            let mut target: BTreeMap<String, u64> = BTreeMap::new();
+            for h in &sources {
+                for (k, v) in &h.registers {
+                    let e = target.entry(k.clone()).or_insert(0);
+                    *e = (*e).max(*v);
+                }
+            }
+            let pairs: Vec<(String, u64)> = target.into_iter().collect();
+            let run_id2 = run_id.clone();
+            let write = self
+                .fan_out_raw(
+                    "repair.raise",
+                    Wait::All,
+                    Targets::Only(i),
+                    deadline,
+                    move |nc: NodeConn| {
+                        let pairs = pairs.clone();
+                        let run_id = run_id2.clone();
+                        async move { raise_and_mark(nc, &pairs, &run_id).await }
+                    },
+                )
+                .await;
+            let _ = node.reprobe().await;
+            return match write.results().get(i).map(|r| &r.outcome) {
+                Some(NodeOutcome::Applied(raised)) => RepairOutcome::Repaired { raised: *raised },
+                Some(NodeOutcome::Rejected(_)) => {
+                    RepairOutcome::Deferred("the node restarted during its repair".into())
+                }
+                other => RepairOutcome::Deferred(format!("writing the repair failed: {other:?}")),
+            };
+        }
+        if reachable >= needed && marked < needed && !any_registers {
+            let tally = self
+                .fan_out_raw(
+                    "repair.bootstrap",
+                    Wait::All,
+                    Targets::All,
+                    deadline,
+                    |mut nc: NodeConn| async move {
+                        let set: bool = redis::cmd("SET")
+                            .arg(fixed_key(KeyKind::Marker))
+                            .arg(&*nc.marker)
+                            .arg("NX")
+                            .query_async::<Option<String>>(&mut nc.conn)
+                            .await?
+                            .is_some();
+                        Ok(if set {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    },
+                )
+                .await;
+            for n in &inner.nodes {
+                let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
+            }
+            return RepairOutcome::Bootstrapped {
+                marked: tally.applied(),
+            };
+        }
+        RepairOutcome::Deferred(format!(
+            "{} marked node(s) other than this one answered; {needed} are needed to repair it",
+            sources.len()
+        ))
+    }
+}
+
+/// Read a node's marker and every monotonic register (SCAN with fixed patterns, then MGET).
+async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
+    let mut h = Holdings {
+        run_id: nc.marker.to_string(),
+        marker: redis::cmd("GET")
+            .arg(fixed_key(KeyKind::Marker))
+            .query_async(&mut nc.conn)
+            .await?,
+        registers: BTreeMap::new(),
+    };
+    for pattern in MONOTONIC_PATTERNS {
+        debug_assert!(pattern.starts_with(KEY_PREFIX));
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(*pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut nc.conn)
+                .await?;
+            for chunk in keys.chunks(500) {
+                let values: Vec<Option<u64>> = redis::cmd("MGET")
+                    .arg(chunk)
+                    .query_async(&mut nc.conn)
+                    .await?;
+                for (k, v) in chunk.iter().zip(values) {
+                    if let Some(v) = v {
+                        h.registers.insert(k.clone(), v);
+                    }
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(h)
+}
+
+/// On the node being repaired: raise every register, then write the marker, but only if the
+/// node is still the incarnation that was probed (`run_id`). Applied(raised count), or
+/// Rejected when the node restarted meanwhile.
+async fn raise_and_mark(
+    mut nc: NodeConn,
+    pairs: &[(String, u64)],
+    run_id: &str,
+) -> redis::RedisResult<NodeOutcome<usize>> {
+    if &*nc.marker != run_id {
+        return Ok(NodeOutcome::Rejected(0));
+    }
+    let mut raised = 0usize;
+    for chunk in pairs.chunks(200) {
+        let mut inv = RAISE.prepare_invoke();
+        for (k, v) in chunk {
+            inv.key(k).arg(*v);
+        }
+        raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
+    }
+    let _: () = redis::cmd("SET")
+        .arg(fixed_key(KeyKind::Marker))
+        .arg(run_id)
+        .query_async(&mut nc.conn)
+        .await?;
+    Ok(NodeOutcome::Applied(raised))
+}
