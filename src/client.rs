@@ -36,7 +36,6 @@ impl Targets {
 
 /// One node's connection, handed to a quorum operation's per-node step.
 pub(crate) struct NodeConn {
-    pub(crate) node: NodeId,
     pub(crate) conn: MultiplexedConnection,
     /// The marker value this node must hold for its vote to count (its run_id), or `*` when
     /// amnesia protection is off.
@@ -407,7 +406,6 @@ impl Client {
                 "*".into()
             };
             let conn = NodeConn {
-                node: node.id,
                 conn: lease.conn,
                 marker,
             };

@@ -22,6 +22,28 @@ pub enum Error {
     /// Not enough nodes applied the operation. Carries every node's problem.
     #[error(transparent)]
     NoQuorum(#[from] NoQuorum),
+    /// An argument is out of range; nothing was sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Other clients kept winning: the attempt limit or the operation timeout was reached
+    /// while a majority was answering.
+    #[error("{op}: gave up after {attempts} contended rounds in {elapsed:?}")]
+    Contended {
+        /// The operation.
+        op: &'static str,
+        /// Rounds tried.
+        attempts: u32,
+        /// Time spent.
+        elapsed: std::time::Duration,
+    },
+    /// The sequence reached its limit (IDs stay below 2^53).
+    #[error("sequence {sequence:?} is exhausted: IDs must stay below {limit}")]
+    Exhausted {
+        /// The sequence.
+        sequence: String,
+        /// The exclusive limit.
+        limit: u64,
+    },
 }
 
 impl Error {
@@ -30,14 +52,15 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::NoQuorum(q) => q.maybe_applied_somewhere,
-            Error::Config(_) | Error::Name(_) => false,
+            Error::Config(_) | Error::Name(_) | Error::InvalidArgument(_) | Error::Exhausted { .. } => false,
+            Error::Contended { .. } => true,
         }
     }
 
     /// True when retrying the same call later may succeed (nodes down or slow). False for
     /// invalid input.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::NoQuorum(_))
+        matches!(self, Error::NoQuorum(_) | Error::Contended { .. })
     }
 }
 

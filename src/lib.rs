@@ -34,6 +34,7 @@
 mod client;
 mod config;
 mod error;
+pub mod id;
 mod keys;
 mod node;
 pub mod quorum;
@@ -44,6 +45,7 @@ mod scripts;
 pub use client::Client;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
 pub use error::{Error, NoQuorum, NodeProblem};
+pub use id::IdGenerator;
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
 pub use scripts::VALUE_LIMIT;

@@ -45,6 +45,22 @@ enum Command {
     Check,
     /// PING every node; exit 0 if a majority of voting nodes answered.
     Ping,
+    /// Monotonic fencing IDs.
+    #[command(subcommand)]
+    Id(IdCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum IdCommand {
+    /// Print COUNT new IDs of SEQUENCE, one per line, strictly increasing, each accepted by a
+    /// majority; exit non-zero with the reason when there is no quorum.
+    Next {
+        /// The sequence name.
+        sequence: String,
+        /// How many IDs (consecutive).
+        #[arg(long, short = 'n', default_value_t = 1)]
+        count: u64,
+    },
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -94,6 +110,16 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 tally.majority().needed(),
                 tally.elapsed().as_secs_f64() * 1e3
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Id(IdCommand::Next { sequence, count }) => {
+            let ids = redquorum::IdGenerator::new(&client, &sequence)?.next_ids(count).await?;
+            let mut out = String::with_capacity(ids.size_hint().0 * 12);
+            for id in ids {
+                out.push_str(&id.to_string());
+                out.push('\n');
+            }
+            print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,0 +1,413 @@
+//! Monotonic fencing IDs: antirez's majority "set if less than", one round trip when
+//! uncontended, with concurrent callers sharing one round.
+//!
+//! # Guarantees
+//! Assuming every voting node persists before replying (`appendfsync always` on an honest
+//! disk), never evicts (`noeviction`), and at most a minority of nodes is faulty at a time
+//! (down, slow, partitioned, restarted or wiped):
+//! - every returned ID was accepted by a majority of the configured nodes;
+//! - IDs of one sequence are unique, across every process and host;
+//! - if one call returns before another starts (any process, any host), the later call's
+//!   IDs are larger (real-time order, i.e. linearizable);
+//! - the IDs of one [`IdGenerator::next_ids`] call are consecutive.
+//!
+//! # Not guaranteed
+//! - No gap-freedom: failed rounds, cancelled callers and contention leave gaps.
+//! - No order between calls that overlap in time.
+//! - No progress without a majority of voting nodes; under heavy contention a call can fail
+//!   with [`Error::Contended`] after its attempt limit or deadline.
+//! - If more than a minority of nodes lose their data at once, IDs can repeat; the
+//!   per-process high-water mark still keeps this process's IDs increasing.
+//!
+//! # How
+//! Each node stores, per sequence, the highest ID it accepted. A round proposes a block
+//! `base..=last`; a node accepts (and stores `last`) only if its value is below `base`, and
+//! otherwise replies with its value. Two majorities share a node, and "strictly less than"
+//! rejects equal values, so a block accepted by a majority lies above every block accepted
+//! by a majority before it started. The proposal is only a guess: it starts from the largest
+//! value this process has seen, so an uncontended round takes one round trip; a rejected
+//! round retries from the largest value the rejections reported (bounded by the jump limit),
+//! after a randomized exponential backoff when another client is competing.
+//!
+//! Concurrent callers in one process join the next round: every caller in a round was
+//! waiting when it started, so handing them consecutive parts of its block keeps real-time
+//! order. Rounds of one generator run one at a time. A reply that never arrived is never
+//! counted as an acceptance.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::client::{Client, NodeConn};
+use crate::error::{Error, NoQuorum};
+use crate::keys::{fixed_key, KeyKind, Name};
+use crate::quorum::fanout::Wait;
+use crate::quorum::{NodeOutcome, Tally};
+use crate::scripts::{ID_PROPOSE, VALUE_LIMIT};
+
+/// Most IDs one call may ask for.
+pub const MAX_IDS_PER_CALL: u64 = 1 << 20;
+
+/// Default bound on how far a proposal may jump above the value a majority holds.
+pub const DEFAULT_MAX_JUMP: u64 = 1 << 32;
+
+/// Default bound on contended rounds per call.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
+
+/// Rounds in a row without a majority of voting nodes before a call gives up.
+const NO_QUORUM_ROUNDS: u32 = 3;
+
+/// What one node answered to a proposal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reply {
+    /// Stored the block; `previous` was its value.
+    Accepted { previous: u64 },
+    /// Already at `current >= base`.
+    Behind { current: u64 },
+    /// Refused to vote: its marker is missing or stale.
+    Refused { current: u64 },
+}
+
+impl Reply {
+    fn value(self) -> u64 {
+        match self {
+            Reply::Accepted { previous } => previous,
+            Reply::Behind { current } | Reply::Refused { current } => current,
+        }
+    }
+}
+
+/// A generator of monotonic IDs for one named sequence. Cheap to clone; clones share rounds.
+///
+/// ```no_run
+/// # async fn demo(client: redquorum::Client) -> Result<(), redquorum::Error> {
+/// let orders = redquorum::IdGenerator::new(&client, "orders")?;
+/// let id = orders.next_id().await?;
+/// let block = orders.next_ids(100).await?; // 100 consecutive IDs, all above `id`
+/// assert!(*block.start() > id);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IdGenerator {
+    inner: Arc<Generator>,
+}
+
+struct Generator {
+    client: Client,
+    name: Name,
+    key: String,
+    marker_key: String,
+    high_water_key: String,
+    max_jump: u64,
+    max_attempts: u32,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Waiter>,
+    running: bool,
+    /// Largest value this generator has learned any node holds (a guess for the next base).
+    known_max: u64,
+}
+
+struct Waiter {
+    count: u64,
+    tx: oneshot::Sender<Result<RangeInclusive<u64>, Error>>,
+}
+
+impl std::fmt::Debug for IdGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdGenerator").field("sequence", &self.inner.name).finish()
+    }
+}
+
+impl IdGenerator {
+    /// A generator for `sequence` over `client`'s nodes.
+    ///
+    /// # Errors
+    /// [`Error::Name`] if the name is empty, longer than [`crate::MAX_NAME_BYTES`] or holds a
+    /// control character.
+    pub fn new(client: &Client, sequence: &str) -> Result<IdGenerator, Error> {
+        let name = Name::new("sequence", sequence)?;
+        let key = name.key(KeyKind::Id);
+        let high_water_key = format!("{}\u{0}{}", client.node_urls().join(","), key);
+        Ok(IdGenerator {
+            inner: Arc::new(Generator {
+                client: client.clone(),
+                key,
+                name,
+                marker_key: fixed_key(KeyKind::Marker),
+                high_water_key,
+                max_jump: DEFAULT_MAX_JUMP,
+                max_attempts: DEFAULT_MAX_ATTEMPTS,
+                state: Mutex::new(State::default()),
+            }),
+        })
+    }
+
+    /// Bound on how far above the value held by a majority a proposal may jump, so that one
+    /// node reporting a huge value cannot exhaust the sequence. Default [`DEFAULT_MAX_JUMP`].
+    /// Values below 1 are raised to 1.
+    pub fn with_max_jump(self, max_jump: u64) -> Self {
+        self.reconfigure(|g| g.max_jump = max_jump.max(1))
+    }
+
+    /// Bound on contended rounds per call. Default [`DEFAULT_MAX_ATTEMPTS`]; at least 1.
+    pub fn with_max_attempts(self, attempts: u32) -> Self {
+        self.reconfigure(|g| g.max_attempts = attempts.max(1))
+    }
+
+    fn reconfigure(self, f: impl FnOnce(&mut Generator)) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut g) => {
+                f(&mut g);
+                IdGenerator { inner: Arc::new(g) }
+            }
+            Err(shared) => IdGenerator { inner: shared },
+        }
+    }
+
+    /// The sequence name.
+    pub fn sequence(&self) -> &str {
+        self.inner.name.as_str()
+    }
+
+    /// One new ID. See the module docs for the guarantees.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] without a majority of voting nodes; [`Error::Contended`] after the
+    /// attempt limit or the client's operation timeout; [`Error::Exhausted`] at 2^53.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a cancelled call returns nothing and its IDs, if its round succeeded,
+    /// become a gap.
+    pub async fn next_id(&self) -> Result<u64, Error> {
+        Ok(*self.next_ids(1).await?.start())
+    }
+
+    /// `count` consecutive new IDs (1 ..= [`MAX_IDS_PER_CALL`]). Same guarantees, errors and
+    /// cancel safety as [`next_id`](Self::next_id); [`Error::InvalidArgument`] for a count out
+    /// of range.
+    pub async fn next_ids(&self, count: u64) -> Result<RangeInclusive<u64>, Error> {
+        if count == 0 || count > MAX_IDS_PER_CALL {
+            return Err(Error::InvalidArgument(format!(
+                "count must be between 1 and {MAX_IDS_PER_CALL}, got {count}"
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        let start_runner = {
+            let mut st = self.inner.state();
+            st.queue.push_back(Waiter { count, tx });
+            !std::mem::replace(&mut st.running, true)
+        };
+        if start_runner {
+            tokio::spawn(self.inner.clone().run());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(Error::InvalidArgument("the ID round was dropped (runtime shutting down)".into())))
+    }
+}
+
+impl Generator {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serve queued callers, one round at a time, until the queue is empty.
+    async fn run(self: Arc<Self>) {
+        loop {
+            let batch: Vec<Waiter> = {
+                let mut st = self.state();
+                // Callers that gave up before their round started need no IDs.
+                st.queue.retain(|w| !w.tx.is_closed());
+                if st.queue.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                let mut total = 0u64;
+                let mut batch = Vec::new();
+                while let Some(w) = st.queue.front() {
+                    if !batch.is_empty() && total + w.count > MAX_IDS_PER_CALL {
+                        break;
+                    }
+                    total += w.count;
+                    if let Some(w) = st.queue.pop_front() {
+                        batch.push(w);
+                    }
+                }
+                batch
+            };
+            let total: u64 = batch.iter().map(|w| w.count).sum();
+            match self.allocate(total).await {
+                Ok(block) => {
+                    let mut next = *block.start();
+                    for w in batch {
+                        let _ = w.tx.send(Ok(next..=next + w.count - 1));
+                        next += w.count;
+                    }
+                    debug_assert_eq!(next - 1, *block.end(), "the block is handed out exactly");
+                }
+                Err(e) => {
+                    for w in batch {
+                        let _ = w.tx.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One or more quorum rounds until a block of `total` IDs is accepted by a majority.
+    async fn allocate(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
+        let config = self.client.config();
+        let started = Instant::now();
+        let mut contended = 0u32;
+        let mut no_quorum = 0u32;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            let floor = self.state().known_max.max(high_water(&self.high_water_key, self.protected()));
+            let base = floor + 1;
+            let last = base.checked_add(total - 1).filter(|l| *l < VALUE_LIMIT).ok_or_else(|| Error::Exhausted {
+                sequence: self.name.as_str().to_string(),
+                limit: VALUE_LIMIT,
+            })?;
+            let tally = self.propose(base, last).await;
+            for (node, reply) in tally.replies() {
+                if matches!(reply, Reply::Refused { .. }) {
+                    self.client.suspect(node.0);
+                }
+            }
+            let learned = self.learn(&tally, last);
+            if tally.reached() {
+                raise_high_water(&self.high_water_key, last, self.protected());
+                return Ok(base..=last);
+            }
+            let needed = tally.majority().needed();
+            let contending = tally
+                .replies()
+                .filter(|(_, r)| !matches!(r, Reply::Refused { .. }))
+                .count();
+            let timed_out = started.elapsed() >= config.operation_timeout;
+            if contending < needed {
+                // Not a competition we lost: a majority of voting nodes did not answer.
+                no_quorum += 1;
+                if no_quorum >= NO_QUORUM_ROUNDS || timed_out {
+                    return Err(NoQuorum::from_tally("id.next", &tally, self.client.node_urls(), describe).into());
+                }
+            } else {
+                contended += 1;
+                if contended >= self.max_attempts || timed_out {
+                    return Err(Error::Contended {
+                        op: "id.next",
+                        attempts: contended,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                // The first retry after learning a higher value is immediate: we were merely
+                // behind. Later ones back off, randomized, so competitors spread out.
+                if contended == 1 && learned {
+                    continue;
+                }
+            }
+            let pause = Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
+            tokio::time::sleep(pause).await;
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    fn protected(&self) -> bool {
+        self.client.config().amnesia_protection
+    }
+
+    async fn propose(&self, base: u64, last: u64) -> Tally<Reply> {
+        let key: Arc<str> = self.key.as_str().into();
+        let marker_key: Arc<str> = self.marker_key.as_str().into();
+        self.client
+            .fan_out("id.next", Wait::Decided, move |mut nc: NodeConn| {
+                let (key, marker_key) = (key.clone(), marker_key.clone());
+                async move {
+                    let (status, value): (i64, u64) = ID_PROPOSE
+                        .key(&*key)
+                        .key(&*marker_key)
+                        .arg(base)
+                        .arg(last)
+                        .arg(&*nc.marker)
+                        .invoke_async(&mut nc.conn)
+                        .await?;
+                    Ok(match status {
+                        1 => NodeOutcome::Applied(Reply::Accepted { previous: value }),
+                        0 => NodeOutcome::Rejected(Reply::Behind { current: value }),
+                        _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
+                    })
+                }
+            })
+            .await
+    }
+
+    /// Update the guess for the next base from a round's replies. Returns whether it rose.
+    ///
+    /// The guess is the largest value any node reported, unless that is more than
+    /// `max_jump` above the value a majority holds (the `needed`-th smallest reply), in
+    /// which case the majority's value is used: one node with a huge value cannot make the
+    /// sequence jump.
+    fn learn(&self, tally: &Tally<Reply>, last: u64) -> bool {
+        let mut values: Vec<u64> = tally.replies().map(|(_, r)| r.value()).collect();
+        values.sort_unstable();
+        let needed = tally.majority().needed();
+        let mut guess = values.last().copied().unwrap_or(0);
+        let majority_floor = values.get(needed.saturating_sub(1)).copied();
+        if let Some(floor) = majority_floor {
+            if guess.saturating_sub(floor) > self.max_jump {
+                tracing::warn!(sequence = %self.name, reported = guess, majority = floor, "a node reports a value far above the majority; not jumping to it");
+                guess = floor;
+            }
+        } else if guess.saturating_sub(self.state().known_max) > self.max_jump {
+            guess = 0;
+        }
+        if tally.applied() > 0 {
+            // Nodes that accepted this block now hold `last`: the next base must pass it.
+            guess = guess.max(last);
+        }
+        let mut st = self.state();
+        let rose = guess > st.known_max;
+        st.known_max = st.known_max.max(guess);
+        rose
+    }
+}
+
+fn describe(r: &Reply) -> String {
+    match r {
+        Reply::Accepted { previous } => format!("accepted (was {previous})"),
+        Reply::Behind { current } => format!("already at {current}"),
+        Reply::Refused { current } => format!("refused: marker missing or stale (at {current})"),
+    }
+}
+
+/// The per-process high-water mark of each sequence: no ID at or below it is ever returned
+/// again by this process, even if nodes lose their data beyond the fault model.
+fn high_waters() -> &'static Mutex<HashMap<String, u64>> {
+    static MARKS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    MARKS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn high_water(key: &str, enabled: bool) -> u64 {
+    if !enabled {
+        return 0;
+    }
+    let marks = high_waters().lock().unwrap_or_else(|p| p.into_inner());
+    marks.get(key).copied().unwrap_or(0)
+}
+
+fn raise_high_water(key: &str, value: u64, enabled: bool) {
+    if !enabled {
+        return;
+    }
+    let mut marks = high_waters().lock().unwrap_or_else(|p| p.into_inner());
+    let e = marks.entry(key.to_string()).or_insert(0);
+    *e = (*e).max(value);
+}
