@@ -52,7 +52,10 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::NoQuorum(q) => q.maybe_applied_somewhere,
-            Error::Config(_) | Error::Name(_) | Error::InvalidArgument(_) | Error::Exhausted { .. } => false,
+            Error::Config(_)
+            | Error::Name(_)
+            | Error::InvalidArgument(_)
+            | Error::Exhausted { .. } => false,
             Error::Contended { .. } => true,
         }
     }

@@ -57,7 +57,7 @@ pub const MAX_IDS_PER_CALL: u64 = 1 << 20;
 pub const DEFAULT_MAX_JUMP: u64 = 1 << 32;
 
 /// Default bound on contended rounds per call.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 1000;
 
 /// Rounds in a row without a majority of voting nodes before a call gives up.
 const NO_QUORUM_ROUNDS: u32 = 3;
@@ -123,7 +123,9 @@ struct Waiter {
 
 impl std::fmt::Debug for IdGenerator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdGenerator").field("sequence", &self.inner.name).finish()
+        f.debug_struct("IdGenerator")
+            .field("sequence", &self.inner.name)
+            .finish()
     }
 }
 
@@ -209,8 +211,11 @@ impl IdGenerator {
         if start_runner {
             tokio::spawn(self.inner.clone().run());
         }
-        rx.await
-            .unwrap_or_else(|_| Err(Error::InvalidArgument("the ID round was dropped (runtime shutting down)".into())))
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::InvalidArgument(
+                "the ID round was dropped (runtime shutting down)".into(),
+            ))
+        })
     }
 }
 
@@ -268,14 +273,21 @@ impl Generator {
         let started = Instant::now();
         let mut contended = 0u32;
         let mut no_quorum = 0u32;
-        let mut backoff = Duration::from_millis(1);
+        let mut backoff = Duration::ZERO;
         loop {
-            let floor = self.state().known_max.max(high_water(&self.high_water_key, self.protected()));
+            let round_started = Instant::now();
+            let floor = self
+                .state()
+                .known_max
+                .max(high_water(&self.high_water_key, self.protected()));
             let base = floor + 1;
-            let last = base.checked_add(total - 1).filter(|l| *l < VALUE_LIMIT).ok_or_else(|| Error::Exhausted {
-                sequence: self.name.as_str().to_string(),
-                limit: VALUE_LIMIT,
-            })?;
+            let last = base
+                .checked_add(total - 1)
+                .filter(|l| *l < VALUE_LIMIT)
+                .ok_or_else(|| Error::Exhausted {
+                    sequence: self.name.as_str().to_string(),
+                    limit: VALUE_LIMIT,
+                })?;
             let tally = self.propose(base, last).await;
             for (node, reply) in tally.replies() {
                 if matches!(reply, Reply::Refused { .. }) {
@@ -294,10 +306,22 @@ impl Generator {
                 .count();
             let timed_out = started.elapsed() >= config.operation_timeout;
             if contending < needed {
-                // Not a competition we lost: a majority of voting nodes did not answer.
+                // Not a competition we lost: a majority of voting nodes did not answer. When
+                // the cause is definite (refused, excluded) three rounds settle it; when nodes
+                // are merely slow, keep trying until the operation deadline.
                 no_quorum += 1;
-                if no_quorum >= NO_QUORUM_ROUNDS || timed_out {
-                    return Err(NoQuorum::from_tally("id.next", &tally, self.client.node_urls(), describe).into());
+                let only_slow = tally
+                    .results()
+                    .iter()
+                    .any(|r| matches!(&r.outcome, NodeOutcome::Unknown(c) if c.may_have_applied()));
+                if timed_out || (no_quorum >= NO_QUORUM_ROUNDS && !only_slow) {
+                    return Err(NoQuorum::from_tally(
+                        "id.next",
+                        &tally,
+                        self.client.node_urls(),
+                        describe,
+                    )
+                    .into());
                 }
             } else {
                 contended += 1;
@@ -314,9 +338,13 @@ impl Generator {
                     continue;
                 }
             }
-            let pause = Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
+            // Randomized exponential backoff, scaled to how long a round takes here, so that
+            // competing generators stop colliding instead of splitting the votes again.
+            let round = round_started.elapsed().max(Duration::from_micros(500));
+            backoff = (backoff * 2).max(round).min(Duration::from_millis(50));
+            let pause =
+                Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
             tokio::time::sleep(pause).await;
-            backoff = (backoff * 2).min(Duration::from_millis(100));
         }
     }
 

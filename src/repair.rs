@@ -16,10 +16,13 @@
 //! while the node was quarantined were accepted by majorities without it, which any later
 //! majority meets at a node other than it.
 //!
-//! Bootstrap (a new cluster): when at least a majority of nodes is reachable, fewer than a
-//! majority of them hold a marker, and no reachable node holds any register, no majority can
-//! ever have accepted a value (that would need more faulty nodes than a minority), so every
-//! reachable unmarked node is marked without raising anything.
+//! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
+//! a marker, and no node holds any register, no majority can ever have accepted a value (all
+//! of its members would have had to lose their data, more than a minority), so every
+//! unmarked node is marked without raising anything. Bootstrap needs all nodes, not just a
+//! majority: a majority that answers could miss exactly the nodes that hold the values while
+//! the others are wiped (a wiped node plus a cut-off one), and safety must not depend on how
+//! many nodes are reachable.
 //!
 //! Architecture invariant: a node votes only while its marker equals its current run_id, and
 //! the marker is written only after the node holds every value a majority accepted.
@@ -202,7 +205,7 @@ impl Client {
                 other => RepairOutcome::Deferred(format!("writing the repair failed: {other:?}")),
             };
         }
-        if reachable >= needed && marked < needed && !any_registers {
+        if reachable == inner.nodes.len() && marked < needed && !any_registers {
             let tally = self
                 .fan_out_raw(
                     "repair.bootstrap",
@@ -233,8 +236,10 @@ impl Client {
             };
         }
         RepairOutcome::Deferred(format!(
-            "{} marked node(s) other than this one answered; {needed} are needed to repair it",
-            sources.len()
+            "{} marked node(s) other than this one answered; {needed} are needed to repair it \
+             (or all {} nodes, for a new cluster)",
+            sources.len(),
+            inner.nodes.len()
         ))
     }
 }

@@ -113,7 +113,9 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
-            let ids = redquorum::IdGenerator::new(&client, &sequence)?.next_ids(count).await?;
+            let ids = redquorum::IdGenerator::new(&client, &sequence)?
+                .next_ids(count)
+                .await?;
             let mut out = String::with_capacity(ids.size_hint().0 * 12);
             for id in ids {
                 out.push_str(&id.to_string());

@@ -29,6 +29,7 @@
 //! when a test panics, also when the node is frozen.
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod checker;
 mod node;
 mod proxy;
 

@@ -53,3 +53,102 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 pub fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
+
+/// A history recorder for ID workloads: many callers on many generators, each call timed on
+/// one monotonic clock.
+pub mod workload {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use redquorum::IdGenerator;
+    use redquorum_testkit::checker::IdCall;
+
+    /// What a workload observed.
+    #[derive(Debug, Default)]
+    pub struct Observed {
+        pub calls: Vec<IdCall>,
+        pub ids: u64,
+        pub errors: u64,
+        pub first_error: Option<String>,
+    }
+
+    /// Run `callers` concurrent callers on each generator until `target_ids` IDs were returned
+    /// or `limit` passed. Callers alternate between `next_id` and `next_ids(3)`.
+    pub async fn run(
+        gens: &[IdGenerator],
+        callers: usize,
+        target_ids: u64,
+        limit: Duration,
+    ) -> Observed {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let ids = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let first_error = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for (g, gen) in gens.iter().enumerate() {
+            for c in 0..callers {
+                let (gen, calls, ids, errors, first_error, stop) = (
+                    gen.clone(),
+                    calls.clone(),
+                    ids.clone(),
+                    errors.clone(),
+                    first_error.clone(),
+                    stop.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let start = std::time::Instant::now();
+                        let result = if n % 2 == 0 {
+                            gen.next_ids(3).await.map(|r| r.collect::<Vec<_>>())
+                        } else {
+                            gen.next_id().await.map(|i| vec![i])
+                        };
+                        let end = std::time::Instant::now();
+                        match result {
+                            Ok(got) => {
+                                let total = ids.fetch_add(got.len() as u64, Ordering::Relaxed)
+                                    + got.len() as u64;
+                                calls.lock().expect("history").push(IdCall {
+                                    who: format!("gen{g}/caller{c}"),
+                                    start,
+                                    end,
+                                    ids: got,
+                                });
+                                if total >= target_ids || started.elapsed() > limit {
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                                first_error
+                                    .lock()
+                                    .expect("error")
+                                    .get_or_insert_with(|| e.to_string());
+                                if started.elapsed() > limit {
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.expect("a caller task panicked");
+        }
+        let calls = std::mem::take(&mut *calls.lock().expect("history"));
+        let first_error = first_error.lock().expect("error").clone();
+        Observed {
+            calls,
+            ids: ids.load(Ordering::Relaxed),
+            errors: errors.load(Ordering::Relaxed),
+            first_error,
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Monotonic IDs against real nodes: uniqueness and real-time order under concurrency,
+//! under faults on a minority, and across node amnesia; and the same checker failing when
+//! the protection is switched off.
+
+mod common;
+
+use std::time::Duration;
+
+use common::workload;
+use common::{eventually, init_tracing};
+use redquorum::{Client, Config, Error, IdGenerator};
+use redquorum_testkit::checker::{check_ids, IdCall};
+use redquorum_testkit::Cluster;
+
+async fn generators(urls: &[String], count: usize, sequence: &str) -> Vec<IdGenerator> {
+    let mut gens = Vec::new();
+    for _ in 0..count {
+        // A separate client per generator: separate connections, separate rounds.
+        let client = Client::connect(Config::from_urls(urls).expect("valid"))
+            .await
+            .expect("valid");
+        gens.push(IdGenerator::new(&client, sequence).expect("valid name"));
+    }
+    gens
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_from_eight_clients_are_unique_and_in_real_time_order() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let gens = generators(&cluster.urls(), 8, "orders").await;
+    let seen = workload::run(&gens, 16, 20_000, Duration::from_secs(60)).await;
+    println!(
+        "{} IDs in {} calls, {} errors",
+        seen.ids,
+        seen.calls.len(),
+        seen.errors
+    );
+    assert!(
+        seen.ids >= 20_000,
+        "the workload must produce 20,000 IDs (got {}; first error: {:?})",
+        seen.ids,
+        seen.first_error
+    );
+    assert_eq!(
+        seen.errors, 0,
+        "a healthy cluster fails no call: {:?}",
+        seen.first_error
+    );
+    if let Err(v) = check_ids(&seen.calls) {
+        panic!("checker: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_stay_unique_and_ordered_while_faults_hit_a_minority() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let config = |urls: &[String]| {
+        Config::from_urls(urls)
+            .expect("valid")
+            .with_node_timeout(Duration::from_millis(100))
+            .with_connect_timeout(Duration::from_millis(100))
+    };
+    let mut gens = Vec::new();
+    for _ in 0..8 {
+        let client = Client::connect(config(&cluster.urls()))
+            .await
+            .expect("valid");
+        gens.push(IdGenerator::new(&client, "faulty").expect("valid"));
+    }
+    let faults = async {
+        // Each phase hits at most two of five nodes.
+        for round in 0..2 {
+            tracing::warn!(round, "fault: kill -9 node0, freeze node1");
+            cluster.node(0).kill().await;
+            cluster.node(1).freeze().await;
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            cluster.node(0).restart().await;
+            cluster.node(1).thaw().await;
+            tracing::warn!(round, "fault: cut off node2, drop replies of node3");
+            cluster.node(2).cut_off();
+            cluster.node(3).drop_replies();
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            cluster.node(2).heal();
+            cluster.node(3).heal();
+            tracing::warn!(round, "fault: 20 ms latency on node4, kill -9 node1");
+            cluster.node(4).set_latency(Duration::from_millis(20));
+            cluster.node(1).kill().await;
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            cluster.node(1).restart().await;
+            cluster.node(4).set_latency(Duration::ZERO);
+        }
+    };
+    let (seen, ()) = tokio::join!(
+        workload::run(&gens, 8, 20_000, Duration::from_secs(8)),
+        faults
+    );
+    println!(
+        "under faults: {} IDs in {} calls, {} failed calls (first: {:?})",
+        seen.ids,
+        seen.calls.len(),
+        seen.errors,
+        seen.first_error
+    );
+    assert!(
+        seen.ids > 1_000,
+        "progress must continue while only a minority is faulty (got {} IDs)",
+        seen.ids
+    );
+    if let Err(v) = check_ids(&seen.calls) {
+        panic!("checker: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_wiped_mid_run_causes_no_duplicate_and_no_inversion() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let gens = generators(&cluster.urls(), 4, "wiped").await;
+    let wipe = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.node(1).wipe_and_restart().await;
+    };
+    let (seen, ()) = tokio::join!(
+        workload::run(&gens, 8, 1_000_000, Duration::from_secs(3)),
+        wipe
+    );
+    println!(
+        "across a wipe: {} IDs, {} failed calls",
+        seen.ids, seen.errors
+    );
+    if let Err(v) = check_ids(&seen.calls) {
+        panic!("checker: {v}");
+    }
+    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    eventually(
+        Duration::from_secs(10),
+        "the wiped node is repaired and votes again",
+        || async { client.check().await[1].votes },
+    )
+    .await;
+}
+
+/// One scripted amnesia scenario on three nodes A, B, C:
+/// 1. with C cut off, a first client takes IDs from {A, B};
+/// 2. B is wiped and restarted empty;
+/// 3. C is healed and A cut off: {B, C} is a majority that never saw those IDs;
+/// 4. a second client (another process, in effect: its own URL list, so its own
+///    high-water mark) asks for IDs.
+///
+/// Returns the history of both clients.
+async fn amnesia_scenario(protect: bool) -> (Vec<IdCall>, Option<Error>) {
+    let cluster = Cluster::start(3).await;
+    let config = |urls: Vec<String>| {
+        let c = Config::from_urls(urls).expect("valid");
+        if protect {
+            c
+        } else {
+            c.with_amnesia_protection_disabled_for_tests()
+        }
+    };
+    let mut calls = Vec::new();
+    let mut record = |who: &str, start: std::time::Instant, ids: Vec<u64>| {
+        calls.push(IdCall {
+            who: who.into(),
+            start,
+            end: std::time::Instant::now(),
+            ids,
+        });
+    };
+
+    // The cluster is set up (every node marked) while all nodes are up.
+    let first = Client::connect(config(cluster.urls()))
+        .await
+        .expect("valid");
+    cluster.node(2).cut_off();
+    let gen1 = IdGenerator::new(&first, "amnesia").expect("valid");
+    for _ in 0..20 {
+        let start = std::time::Instant::now();
+        let ids = gen1.next_ids(5).await.expect("{A, B} is a majority");
+        record("first client", start, ids.collect());
+    }
+
+    cluster.node(1).wipe_and_restart().await;
+    cluster.node(2).heal();
+    cluster.node(0).cut_off();
+
+    let second_urls = vec![
+        cluster.node(0).url(),
+        cluster.node(1).direct_url(),
+        cluster.node(2).url(),
+    ];
+    let second =
+        Client::connect(config(second_urls).with_operation_timeout(Duration::from_secs(1)))
+            .await
+            .expect("valid");
+    let gen2 = IdGenerator::new(&second, "amnesia").expect("valid");
+    let mut last_error = None;
+    for _ in 0..5 {
+        let start = std::time::Instant::now();
+        match gen2.next_ids(5).await {
+            Ok(ids) => record("second client", start, ids.collect()),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    if protect {
+        // Once A is back, B is repaired from {A, C} and the second client goes on above.
+        cluster.node(0).heal();
+        let mut ok = false;
+        for _ in 0..50 {
+            let start = std::time::Instant::now();
+            if let Ok(ids) = gen2.next_ids(5).await {
+                record("second client after heal", start, ids.collect());
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            ok,
+            "after A is healed the wiped node must be repaired and IDs flow again"
+        );
+    }
+    (calls, last_error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_keeps_a_wiped_node_from_repeating_ids() {
+    init_tracing();
+    let (calls, error) = amnesia_scenario(true).await;
+    let err = error.expect("with B quarantined and A cut off there is no majority");
+    assert!(
+        err.to_string().contains("quarantined"),
+        "the error must say the wiped node is quarantined: {err}"
+    );
+    if let Err(v) = check_ids(&calls) {
+        panic!("checker: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quarantine_the_checker_catches_repeated_ids() {
+    init_tracing();
+    let (calls, _) = amnesia_scenario(false).await;
+    let verdict = check_ids(&calls);
+    println!("checker with quarantine off: {verdict:?}");
+    assert!(verdict.is_err(), "with amnesia protection off the wiped node must let IDs repeat, and the checker must see it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
+    init_tracing();
+    let cluster = Cluster::start(4).await;
+    let half = |urls: Vec<String>| {
+        Config::from_urls(urls)
+            .expect("valid")
+            .with_unsafe_quorum_for_tests(2)
+    };
+    let mut calls = Vec::new();
+
+    // {A, B} and {C, D} are both "quorums" of two: they need not intersect.
+    let first = Client::connect(half(cluster.urls())).await.expect("valid");
+    cluster.node(2).cut_off();
+    cluster.node(3).cut_off();
+    let gen1 = IdGenerator::new(&first, "split").expect("valid");
+    for _ in 0..10 {
+        let start = std::time::Instant::now();
+        let ids = gen1
+            .next_ids(5)
+            .await
+            .expect("two of four is a quorum here");
+        calls.push(IdCall {
+            who: "first".into(),
+            start,
+            end: std::time::Instant::now(),
+            ids: ids.collect(),
+        });
+    }
+    cluster.node(2).heal();
+    cluster.node(3).heal();
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let second_urls = vec![
+        cluster.node(0).url(),
+        cluster.node(1).url(),
+        cluster.node(2).direct_url(),
+        cluster.node(3).direct_url(),
+    ];
+    let second = Client::connect(half(second_urls)).await.expect("valid");
+    let gen2 = IdGenerator::new(&second, "split").expect("valid");
+    for _ in 0..10 {
+        let start = std::time::Instant::now();
+        let ids = gen2.next_ids(5).await.expect("{C, D} is a quorum of two");
+        calls.push(IdCall {
+            who: "second".into(),
+            start,
+            end: std::time::Instant::now(),
+            ids: ids.collect(),
+        });
+    }
+    let verdict = check_ids(&calls);
+    println!("checker with a quorum of N/2: {verdict:?}");
+    assert!(
+        verdict.is_err(),
+        "two disjoint 'quorums' must repeat IDs, and the checker must see it"
+    );
+
+    // The real majority (three of four) refuses the first phase outright.
+    let majority = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    let err = IdGenerator::new(&majority, "split")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect_err("two of four is no majority");
+    assert!(matches!(err, Error::NoQuorum(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_never_counted_as_an_acceptance() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let client = Client::connect(
+        Config::from_urls(cluster.urls())
+            .expect("valid")
+            .with_operation_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect("valid");
+    let gen = IdGenerator::new(&client, "lost").expect("valid");
+    gen.next_id().await.expect("healthy");
+    // Replies from two of three nodes are lost: they apply the write, but we must not count it.
+    cluster.node(0).drop_replies();
+    cluster.node(1).drop_replies();
+    let err = gen
+        .next_id()
+        .await
+        .expect_err("only one reply can arrive: no majority");
+    assert!(
+        err.is_outcome_unknown(),
+        "lost replies make the outcome unknown: {err}"
+    );
+    let mut direct = cluster.node(0).direct_connection().await;
+    let stored: u64 = redis::cmd("GET")
+        .arg("rq:id:lost")
+        .query_async(&mut direct)
+        .await
+        .expect("read");
+    assert!(
+        stored >= 2,
+        "the node did apply the write whose reply was lost (holds {stored})"
+    );
+    cluster.heal_all();
+    let next = gen.next_id().await.expect("healed");
+    assert!(
+        next > stored,
+        "the next ID ({next}) is above whatever the lost write stored ({stored})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error() {
+    let cluster = Cluster::start(1).await;
+    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    assert!(matches!(IdGenerator::new(&client, ""), Err(Error::Name(_))));
+    assert!(matches!(
+        IdGenerator::new(&client, "a\nb"),
+        Err(Error::Name(_))
+    ));
+    let gen = IdGenerator::new(&client, "ok").expect("valid");
+    let e = gen.next_ids(0).await.expect_err("zero IDs");
+    assert!(e.to_string().contains("count must be between 1 and"), "{e}");
+    assert!(gen.next_ids(u64::MAX).await.is_err());
+    // Near the 2^53 ceiling the sequence says it is exhausted instead of wrapping or lying.
+    let mut direct = cluster.node(0).direct_connection().await;
+    let _: () = redis::cmd("SET")
+        .arg("rq:id:ok")
+        .arg((1u64 << 53) - 2)
+        .query_async(&mut direct)
+        .await
+        .expect("set");
+    let e = gen.next_ids(5).await.expect_err("past 2^53");
+    assert!(matches!(e, Error::Exhausted { .. }), "{e}");
+}
