@@ -89,7 +89,12 @@ impl Client {
                 NodeId(i),
                 url.clone(),
                 config.connect_timeout,
-                config.node_timeout,
+                // Connecting and probing run in the background, shared by every request
+                // waiting for the node; give them more room than one request so that a loaded
+                // node can still rejoin.
+                (config.node_timeout * 4)
+                    .max(Duration::from_secs(1))
+                    .min(config.operation_timeout.max(config.node_timeout)),
             )
             .map_err(|reason| {
                 Error::Config(crate::ConfigError::MalformedUrl {

@@ -422,7 +422,7 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let n = self.nodes.len();
         let mut out = Vec::new();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             out.push(format!(
                 "{n} nodes: an even count tolerates no more failures ({}) than {} nodes do, and \
                  needs one more node for a majority",

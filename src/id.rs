@@ -280,7 +280,22 @@ impl Generator {
                 .state()
                 .known_max
                 .max(high_water(&self.high_water_key, self.protected()));
-            let base = floor + 1;
+            // After losing a contended round, skip a random distance ahead, doubling the range
+            // with every loss (bounded by the jump limit). Competitors that learned the same
+            // maximum would otherwise propose the same block again and split the votes, and a
+            // sequence that others advance quickly would outrun a proposal made from a value
+            // learned one round trip ago. A higher block is accepted even by nodes that took a
+            // lower one, so the highest of distinct proposals always wins.
+            let spread = if contended > 0 {
+                let range = total
+                    .saturating_mul(1u64 << contended.min(40))
+                    .saturating_add(64)
+                    .min(self.max_jump);
+                rand::rng().random_range(0..=range)
+            } else {
+                0
+            };
+            let base = floor.saturating_add(1).saturating_add(spread);
             let last = base
                 .checked_add(total - 1)
                 .filter(|l| *l < VALUE_LIMIT)
@@ -341,7 +356,7 @@ impl Generator {
             // Randomized exponential backoff, scaled to how long a round takes here, so that
             // competing generators stop colliding instead of splitting the votes again.
             let round = round_started.elapsed().max(Duration::from_micros(500));
-            backoff = (backoff * 2).max(round).min(Duration::from_millis(50));
+            backoff = (backoff * 2).max(round).min(Duration::from_millis(10));
             let pause =
                 Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
             tokio::time::sleep(pause).await;

@@ -265,40 +265,55 @@ impl Node {
     }
 }
 
-/// Read what the safety check needs: PING latency, INFO server/persistence/memory, and
-/// CONFIG GET appendfsync (which an ACL may forbid: then the policy is unverified).
+/// Read what the safety check needs in ONE round trip (a pipeline): PING (latency), INFO
+/// server/persistence/memory, CONFIG GET appendfsync (which an ACL may forbid: then the
+/// policy is unverified), and the node marker.
 async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
     let t0 = Instant::now();
-    redis::cmd("PING").query_async::<String>(conn).await?;
-    let latency = t0.elapsed();
-    let info: String = redis::cmd("INFO")
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("PING")
+        .cmd("INFO")
         .arg("server")
         .arg("persistence")
         .arg("memory")
-        .query_async(conn)
-        .await?;
-    let mut probe = Probe::from_info(&info);
-    probe.latency = latency;
-    let config: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .cmd("CONFIG")
         .arg("GET")
         .arg("appendfsync")
         .arg("no-appendfsync-on-rewrite")
-        .query_async(conn)
-        .await;
-    match config {
+        .cmd("GET")
+        .arg(fixed_key(KeyKind::Marker));
+    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(conn).await?;
+    let latency = t0.elapsed();
+    if replies.len() != 4 {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "safety probe",
+            format!("expected 4 replies, got {}", replies.len()),
+        )));
+    }
+    let marker = replies.pop().unwrap_or(Ok(redis::Value::Nil));
+    let config = replies.pop().unwrap_or(Ok(redis::Value::Nil));
+    let info = replies.pop().unwrap_or(Ok(redis::Value::Nil));
+    let ping = replies.pop().unwrap_or(Ok(redis::Value::Nil));
+    ping?;
+    let info: String = redis::from_redis_value(info?)?;
+    let mut probe = Probe::from_info(&info);
+    probe.latency = latency;
+    match config.and_then(|v| Ok(redis::from_redis_value::<Vec<String>>(v)?)) {
         Ok(pairs) => {
             let get = |k: &str| {
                 pairs
                     .chunks(2)
-                    .find(|c| c[0] == k)
+                    .find(|c| c.first().map(String::as_str) == Some(k))
                     .and_then(|c| c.get(1))
                     .cloned()
             };
-            probe.appendfsync =
-                get("appendfsync").ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
-            probe.no_appendfsync_on_rewrite = get("no-appendfsync-on-rewrite").map(|v| v == "yes");
+            probe.appendfsync = get("appendfsync")
+                .ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
+            probe.no_appendfsync_on_rewrite =
+                get("no-appendfsync-on-rewrite").map(|v| v == "yes");
         }
-        Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => return Err(e),
         Err(e) => {
             probe.appendfsync = Err(format!(
                 "CONFIG GET not allowed: {}",
@@ -306,9 +321,6 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
             ))
         }
     }
-    probe.marker = redis::cmd("GET")
-        .arg(fixed_key(KeyKind::Marker))
-        .query_async(conn)
-        .await?;
+    probe.marker = redis::from_redis_value(marker?)?;
     Ok(probe)
 }

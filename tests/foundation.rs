@@ -1,6 +1,8 @@
 //! The foundation against real Redis nodes: majorities under node loss, a frozen node's
 //! cost, safety findings and strict-mode exclusion, duplicate servers, password redaction.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! under faults on a minority, and across node amnesia; and the same checker failing when
 //! the protection is switched off.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 mod common;
 
 use std::time::Duration;

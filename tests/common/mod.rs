@@ -103,7 +103,7 @@ pub mod workload {
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
                         let start = std::time::Instant::now();
-                        let result = if n % 2 == 0 {
+                        let result = if n.is_multiple_of(2) {
                             gen.next_ids(3).await.map(|r| r.collect::<Vec<_>>())
                         } else {
                             gen.next_id().await.map(|i| vec![i])
