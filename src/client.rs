@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) urls: Vec<String>,
     pub(crate) majority: Majority,
+    /// Cached voting verdicts per node, with the sum of node probe versions they came from.
+    verdicts: std::sync::Mutex<Option<(u64, Vec<Option<String>>)>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -114,6 +116,7 @@ impl Client {
                 urls: config.nodes.iter().map(ToString::to_string).collect(),
                 config,
                 nodes,
+                verdicts: std::sync::Mutex::new(None),
             }),
         };
         let warmup = client
@@ -269,7 +272,36 @@ impl Client {
     }
 
     /// Why node `i` may not vote right now, if it may not.
+    ///
+    /// Verdicts are computed for all nodes at once and cached until any node records a new
+    /// probe, so the per-request cost is one lock and a clone of a short string.
     pub(crate) fn exclusion(&self, i: usize) -> Option<String> {
+        let version: u64 = self.inner.nodes.iter().map(|n| n.probe_version()).sum();
+        {
+            let cache = self
+                .inner
+                .verdicts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some((v, verdicts)) = cache.as_ref() {
+                if *v == version {
+                    return verdicts.get(i).cloned().flatten();
+                }
+            }
+        }
+        let verdicts: Vec<Option<String>> = (0..self.inner.nodes.len())
+            .map(|j| self.compute_exclusion(j))
+            .collect();
+        let out = verdicts.get(i).cloned().flatten();
+        *self
+            .inner
+            .verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((version, verdicts));
+        out
+    }
+
+    fn compute_exclusion(&self, i: usize) -> Option<String> {
         let report = self.report(i);
         if report.votes {
             return None;
@@ -432,8 +464,7 @@ impl Client {
     }
 
     fn maybe_reprobe(&self, node: &Arc<Node>) {
-        let (_, _, stale) = node.snapshot(self.inner.config.recheck_interval);
-        if stale && node.begin_reprobe() {
+        if node.probe_is_stale(self.inner.config.recheck_interval) && node.begin_reprobe() {
             let node = node.clone();
             let timeout = self.inner.config.node_timeout;
             tokio::spawn(async move {

@@ -39,6 +39,7 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -58,6 +59,9 @@ pub const DEFAULT_MAX_JUMP: u64 = 1 << 32;
 
 /// Default bound on contended rounds per call.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 1000;
+
+/// Rounds of one generator in flight at once.
+const MAX_ROUNDS_IN_FLIGHT: usize = 8;
 
 /// Rounds in a row without a majority of voting nodes before a call gives up.
 const NO_QUORUM_ROUNDS: u32 = 3;
@@ -106,6 +110,8 @@ struct Generator {
     max_jump: u64,
     max_attempts: u32,
     state: Mutex<State>,
+    /// Wakes the round runner when a caller queues while rounds are in flight.
+    wakeup: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -149,6 +155,7 @@ impl IdGenerator {
                 max_jump: DEFAULT_MAX_JUMP,
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
                 state: Mutex::new(State::default()),
+                wakeup: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -210,6 +217,8 @@ impl IdGenerator {
         };
         if start_runner {
             tokio::spawn(self.inner.clone().run());
+        } else {
+            self.inner.wakeup.notify_one();
         }
         rx.await.unwrap_or_else(|_| {
             Err(Error::InvalidArgument(
@@ -224,44 +233,67 @@ impl Generator {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Serve queued callers, one round at a time, until the queue is empty.
+    /// Serve queued callers until the queue is empty, with up to [`MAX_ROUNDS_IN_FLIGHT`]
+    /// rounds at once. Every caller in a round was waiting when the round was sent, and each
+    /// round proposes above every block reserved before it, so real-time order holds.
     async fn run(self: Arc<Self>) {
+        let mut rounds = FuturesUnordered::new();
         loop {
-            let batch: Vec<Waiter> = {
+            while rounds.len() < MAX_ROUNDS_IN_FLIGHT {
+                match self.take_batch() {
+                    Some(batch) => rounds.push(self.clone().serve(batch)),
+                    None => break,
+                }
+            }
+            if rounds.is_empty() {
                 let mut st = self.state();
-                // Callers that gave up before their round started need no IDs.
-                st.queue.retain(|w| !w.tx.is_closed());
                 if st.queue.is_empty() {
                     st.running = false;
                     return;
                 }
-                let mut total = 0u64;
-                let mut batch = Vec::new();
-                while let Some(w) = st.queue.front() {
-                    if !batch.is_empty() && total + w.count > MAX_IDS_PER_CALL {
-                        break;
-                    }
-                    total += w.count;
-                    if let Some(w) = st.queue.pop_front() {
-                        batch.push(w);
-                    }
+                continue;
+            }
+            tokio::select! {
+                _ = rounds.next() => {}
+                _ = self.wakeup.notified() => {}
+            }
+        }
+    }
+
+    /// The callers for the next round: everyone queued, up to [`MAX_IDS_PER_CALL`] IDs.
+    fn take_batch(&self) -> Option<Vec<Waiter>> {
+        let mut st = self.state();
+        // Callers that gave up before their round started need no IDs.
+        st.queue.retain(|w| !w.tx.is_closed());
+        let mut total = 0u64;
+        let mut batch = Vec::new();
+        while let Some(w) = st.queue.front() {
+            if !batch.is_empty() && total + w.count > MAX_IDS_PER_CALL {
+                break;
+            }
+            total += w.count;
+            if let Some(w) = st.queue.pop_front() {
+                batch.push(w);
+            }
+        }
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// Run one round (with its retries) for `batch` and hand out the block in queue order.
+    async fn serve(self: Arc<Self>, batch: Vec<Waiter>) {
+        let total: u64 = batch.iter().map(|w| w.count).sum();
+        match self.allocate(total).await {
+            Ok(block) => {
+                let mut next = *block.start();
+                for w in batch {
+                    let _ = w.tx.send(Ok(next..=next + w.count - 1));
+                    next += w.count;
                 }
-                batch
-            };
-            let total: u64 = batch.iter().map(|w| w.count).sum();
-            match self.allocate(total).await {
-                Ok(block) => {
-                    let mut next = *block.start();
-                    for w in batch {
-                        let _ = w.tx.send(Ok(next..=next + w.count - 1));
-                        next += w.count;
-                    }
-                    debug_assert_eq!(next - 1, *block.end(), "the block is handed out exactly");
-                }
-                Err(e) => {
-                    for w in batch {
-                        let _ = w.tx.send(Err(e.clone()));
-                    }
+                debug_assert_eq!(next - 1, *block.end(), "the block is handed out exactly");
+            }
+            Err(e) => {
+                for w in batch {
+                    let _ = w.tx.send(Err(e.clone()));
                 }
             }
         }
@@ -276,33 +308,38 @@ impl Generator {
         let mut backoff = Duration::ZERO;
         loop {
             let round_started = Instant::now();
-            let floor = self
-                .state()
-                .known_max
-                .max(high_water(&self.high_water_key, self.protected()));
-            // After losing a contended round, skip a random distance ahead, doubling the range
-            // with every loss (bounded by the jump limit). Competitors that learned the same
-            // maximum would otherwise propose the same block again and split the votes, and a
-            // sequence that others advance quickly would outrun a proposal made from a value
-            // learned one round trip ago. A higher block is accepted even by nodes that took a
-            // lower one, so the highest of distinct proposals always wins.
-            let spread = if contended > 0 {
-                let range = total
-                    .saturating_mul(1u64 << contended.min(40))
-                    .saturating_add(64)
-                    .min(self.max_jump);
-                rand::rng().random_range(0..=range)
-            } else {
-                0
+            // Reserve the block under the lock: a round sent concurrently proposes above it.
+            let (base, last) = {
+                let mut st = self.state();
+                let floor = st
+                    .known_max
+                    .max(high_water(&self.high_water_key, self.protected()));
+                // After losing a contended round, skip a random distance ahead, doubling the range
+                // with every loss (bounded by the jump limit). Competitors that learned the same
+                // maximum would otherwise propose the same block again and split the votes, and a
+                // sequence that others advance quickly would outrun a proposal made from a value
+                // learned one round trip ago. A higher block is accepted even by nodes that took a
+                // lower one, so the highest of distinct proposals always wins.
+                let spread = if contended > 0 {
+                    let range = total
+                        .saturating_mul(1u64 << contended.min(40))
+                        .saturating_add(64)
+                        .min(self.max_jump);
+                    rand::rng().random_range(0..=range)
+                } else {
+                    0
+                };
+                let base = floor.saturating_add(1).saturating_add(spread);
+                let last = base
+                    .checked_add(total - 1)
+                    .filter(|l| *l < VALUE_LIMIT)
+                    .ok_or_else(|| Error::Exhausted {
+                        sequence: self.name.as_str().to_string(),
+                        limit: VALUE_LIMIT,
+                    })?;
+                st.known_max = last;
+                (base, last)
             };
-            let base = floor.saturating_add(1).saturating_add(spread);
-            let last = base
-                .checked_add(total - 1)
-                .filter(|l| *l < VALUE_LIMIT)
-                .ok_or_else(|| Error::Exhausted {
-                    sequence: self.name.as_str().to_string(),
-                    limit: VALUE_LIMIT,
-                })?;
             let tally = self.propose(base, last).await;
             for (node, reply) in tally.replies() {
                 if matches!(reply, Reply::Refused { .. }) {

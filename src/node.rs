@@ -48,6 +48,8 @@ pub(crate) struct Node {
     probe_timeout: Duration,
     /// Set while a background re-probe runs, so a burst of requests starts only one.
     reprobing: std::sync::atomic::AtomicBool,
+    /// Counts recorded probes.
+    probe_version: std::sync::atomic::AtomicU64,
     /// Set while a repair of this node runs (single flight).
     pub(crate) repairing: std::sync::atomic::AtomicBool,
 }
@@ -89,6 +91,7 @@ impl Node {
             probe_timeout,
             reprobing: std::sync::atomic::AtomicBool::new(false),
             repairing: std::sync::atomic::AtomicBool::new(false),
+            probe_version: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -195,6 +198,19 @@ impl Node {
         }
         st.probe = Some(probe);
         st.probed_at = Some(Instant::now());
+        self.probe_version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Bumped on every recorded probe; lets the client cache voting verdicts.
+    pub(crate) fn probe_version(&self) -> u64 {
+        self.probe_version
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the latest probe is older than `max_age` (or there is none). Cheap.
+    pub(crate) fn probe_is_stale(&self, max_age: Duration) -> bool {
+        self.state().probed_at.is_none_or(|t| t.elapsed() > max_age)
     }
 
     /// Probe again over the current (or a new) connection and record the result.
@@ -309,10 +325,9 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
                     .and_then(|c| c.get(1))
                     .cloned()
             };
-            probe.appendfsync = get("appendfsync")
-                .ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
-            probe.no_appendfsync_on_rewrite =
-                get("no-appendfsync-on-rewrite").map(|v| v == "yes");
+            probe.appendfsync =
+                get("appendfsync").ok_or_else(|| "CONFIG GET returned no appendfsync".to_string());
+            probe.no_appendfsync_on_rewrite = get("no-appendfsync-on-rewrite").map(|v| v == "yes");
         }
         Err(e) => {
             probe.appendfsync = Err(format!(

@@ -23,7 +23,10 @@ async fn redquorum(args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,19 +36,53 @@ async fn check_exits_zero_only_when_every_node_is_safe_and_reachable() {
     let out = redquorum(&["--nodes", &nodes, "check"]).await;
     let (stdout, stderr) = text(&out);
     println!("{stdout}{stderr}");
-    assert_eq!(out.status.code(), Some(0), "three safe nodes: exit 0\n{stdout}{stderr}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("node") && l.contains(" OK ")).count(), 3, "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "three safe nodes: exit 0\n{stdout}{stderr}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("node") && l.contains(" OK "))
+            .count(),
+        3,
+        "{stdout}"
+    );
 
-    let mixed = Cluster::start_with(vec![NodeSpec::safe(), NodeSpec::safe(), NodeSpec::with_args(&["--appendfsync", "everysec"])]).await;
+    let mixed = Cluster::start_with(vec![
+        NodeSpec::safe(),
+        NodeSpec::safe(),
+        NodeSpec::with_args(&["--appendfsync", "everysec"]),
+    ])
+    .await;
     let mut urls = mixed.urls();
     urls.push("redis://127.0.0.1:1".into()); // nothing listens there
     let out = redquorum(&["--nodes", &urls.join(","), "check"]).await;
     let (stdout, _) = text(&out);
     println!("{stdout}");
-    assert_eq!(out.status.code(), Some(1), "an unsafe and a down node: exit 1\n{stdout}");
-    let row = |i: usize| stdout.lines().find(|l| l.starts_with(&format!("node{i} "))).unwrap_or_default().to_string();
-    assert!(row(2).contains("UNSAFE") && row(2).contains("appendfsync everysec"), "{}", row(2));
-    assert!(row(3).contains("DOWN") && row(3).contains("refused"), "{}", row(3));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an unsafe and a down node: exit 1\n{stdout}"
+    );
+    let row = |i: usize| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("node{i} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        row(2).contains("UNSAFE") && row(2).contains("appendfsync everysec"),
+        "{}",
+        row(2)
+    );
+    assert!(
+        row(3).contains("DOWN") && row(3).contains("refused"),
+        "{}",
+        row(3)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,21 +92,45 @@ async fn id_next_prints_increasing_ids_and_says_why_without_a_quorum() {
     let out = redquorum(&["--nodes", &nodes, "id", "next", "jobs", "--count", "5"]).await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    let ids: Vec<u64> = stdout.lines().map(|l| l.parse().expect("one ID per line")).collect();
+    let ids: Vec<u64> = stdout
+        .lines()
+        .map(|l| l.parse().expect("one ID per line"))
+        .collect();
     assert_eq!(ids.len(), 5);
-    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "consecutive and increasing: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive and increasing: {ids:?}"
+    );
 
     let out = redquorum(&["--nodes", &nodes, "id", "next", "jobs"]).await;
     let next: u64 = text(&out).0.trim().parse().expect("one ID");
-    assert!(next > ids[4], "a later call gets a larger ID ({next} after {ids:?})");
+    assert!(
+        next > ids[4],
+        "a later call gets a larger ID ({next} after {ids:?})"
+    );
 
     cluster.node(0).kill().await;
     cluster.node(1).kill().await;
-    let out = redquorum(&["--nodes", &nodes, "--node-timeout", "200ms", "id", "next", "jobs"]).await;
+    let out = redquorum(&[
+        "--nodes",
+        &nodes,
+        "--node-timeout",
+        "200ms",
+        "id",
+        "next",
+        "jobs",
+    ])
+    .await;
     let (stdout, stderr) = text(&out);
     assert!(!out.status.success(), "two of three nodes down must fail");
-    assert!(stdout.is_empty(), "no ID may be printed without a quorum: {stdout}");
-    assert!(stderr.contains("no majority") && stderr.contains("node0") && stderr.contains("node1"), "{stderr}");
+    assert!(
+        stdout.is_empty(),
+        "no ID may be printed without a quorum: {stdout}"
+    );
+    assert!(
+        stderr.contains("no majority") && stderr.contains("node0") && stderr.contains("node1"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,19 +139,40 @@ async fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         (&["--nodes", "", "check"], "no nodes configured"),
         (&["--nodes", "redis://h:1,redis://h:1", "check"], "same URL"),
         (&["--nodes", "http://h:1", "check"], "unsupported scheme"),
-        (&["--nodes", "redis://u:hunter2-pw@h:notaport", "check"], "malformed URL"),
-        (&["--nodes", "redis://h:1", "--node-timeout", "0s", "check"], "node_timeout"),
-        (&["--nodes", "redis://h:1", "--node-timeout", "soon", "check"], "500ms"),
-        (&["--nodes", "redis://h:1", "id", "next", ""], "sequence name is empty"),
+        (
+            &["--nodes", "redis://u:hunter2-pw@h:notaport", "check"],
+            "malformed URL",
+        ),
+        (
+            &["--nodes", "redis://h:1", "--node-timeout", "0s", "check"],
+            "node_timeout",
+        ),
+        (
+            &["--nodes", "redis://h:1", "--node-timeout", "soon", "check"],
+            "500ms",
+        ),
+        (
+            &["--nodes", "redis://h:1", "id", "next", ""],
+            "sequence name is empty",
+        ),
         (&["check"], "REDQUORUM_NODES is not set"),
     ];
     for (args, expected) in cases {
         let out = redquorum(args).await;
         let (_, stderr) = text(&out);
         assert!(!out.status.success(), "{args:?} must fail");
-        assert!(stderr.contains(expected), "{args:?}: expected {expected:?} in: {stderr}");
-        assert!(!stderr.contains("hunter2-pw"), "a password leaked: {stderr}");
-        assert!(!stderr.contains("panicked"), "no panics on bad input: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in: {stderr}"
+        );
+        assert!(
+            !stderr.contains("hunter2-pw"),
+            "a password leaked: {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked"),
+            "no panics on bad input: {stderr}"
+        );
     }
 }
 
@@ -105,7 +187,9 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
     // Six generators in this process, each with its own client and eight callers...
     let mut tasks = Vec::new();
     for g in 0..6 {
-        let client = Client::connect(Config::from_urls(&urls).expect("valid")).await.expect("valid");
+        let client = Client::connect(Config::from_urls(&urls).expect("valid"))
+            .await
+            .expect("valid");
         let gen = IdGenerator::new(&client, "mixed").expect("valid");
         for c in 0..8 {
             let (gen, calls) = (gen.clone(), calls.clone());
@@ -113,7 +197,12 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
                 for _ in 0..420 {
                     let t0 = Instant::now();
                     let ids = gen.next_ids(1).await.expect("healthy cluster");
-                    calls.lock().unwrap().push(IdCall { who: format!("client{g}/caller{c}"), start: t0, end: Instant::now(), ids: ids.collect() });
+                    calls.lock().unwrap().push(IdCall {
+                        who: format!("client{g}/caller{c}"),
+                        start: t0,
+                        end: Instant::now(),
+                        ids: ids.collect(),
+                    });
                 }
             }));
         }
@@ -127,11 +216,21 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
             while n < 40 && start.elapsed() < limit {
                 n += 1;
                 let t0 = Instant::now();
-                let out = redquorum(&["--nodes", &nodes, "id", "next", "mixed", "--count", "50"]).await;
+                let out =
+                    redquorum(&["--nodes", &nodes, "id", "next", "mixed", "--count", "50"]).await;
                 let end = Instant::now();
                 assert!(out.status.success(), "process {p}: {}", text(&out).1);
-                let ids = text(&out).0.lines().map(|l| l.parse().expect("an ID")).collect();
-                calls.lock().unwrap().push(IdCall { who: format!("process{p}/call{n}"), start: t0, end, ids });
+                let ids = text(&out)
+                    .0
+                    .lines()
+                    .map(|l| l.parse().expect("an ID"))
+                    .collect();
+                calls.lock().unwrap().push(IdCall {
+                    who: format!("process{p}/call{n}"),
+                    start: t0,
+                    end,
+                    ids,
+                });
             }
         }));
     }
@@ -140,7 +239,11 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
     }
     let calls = calls.lock().unwrap().clone();
     let total: usize = calls.iter().map(|c| c.ids.len()).sum();
-    println!("{total} IDs from {} calls (6 clients x 8 callers + 2 process loops) in {:?}", calls.len(), start.elapsed());
+    println!(
+        "{total} IDs from {} calls (6 clients x 8 callers + 2 process loops) in {:?}",
+        calls.len(),
+        start.elapsed()
+    );
     assert!(total >= 20_000, "at least 20,000 IDs (got {total})");
     if let Err(v) = check_ids(&calls) {
         panic!("checker: {v}");

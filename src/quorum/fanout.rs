@@ -111,6 +111,9 @@ trait InspectTally: Sized {
 
 impl<T> InspectTally for Tally<T> {
     fn inspect_tally(self, span: &tracing::Span) -> Self {
+        if span.is_disabled() {
+            return self;
+        }
         span.record("applied", self.applied());
         span.record("decision", format!("{:?}", self.decision()));
         span.record("elapsed_us", self.elapsed().as_micros() as u64);
