@@ -6,6 +6,8 @@
 //! Run: `scripts/bench.sh ids` (or `cargo bench --bench ids`; `-- --quick` for a short run).
 //! Figures are ratios within one run; absolute numbers depend on the machine.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
