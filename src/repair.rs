@@ -156,14 +156,12 @@ impl Client {
         let needed = inner.majority.needed();
         let mut seen_servers = HashSet::new();
         let mut sources: Vec<&Holdings> = Vec::new();
-        let mut reachable = 0usize;
         let mut marked = 0usize;
         let mut any_registers = false;
         for (id, h) in tally.replies() {
             if !seen_servers.insert(h.run_id.clone()) {
                 continue; // a second URL to a server already counted
             }
-            reachable += 1;
             any_registers |= !h.registers.is_empty();
             if h.marker.is_some() {
                 marked += 1;
@@ -205,7 +203,9 @@ impl Client {
                 other => RepairOutcome::Deferred(format!("writing the repair failed: {other:?}")),
             };
         }
-        if reachable == inner.nodes.len() && marked < needed && !any_registers {
+        // Every configured URL must answer (a second URL to one server answers too).
+        let answered = tally.replies().count();
+        if answered == inner.nodes.len() && marked < needed && !any_registers {
             let tally = self
                 .fan_out_raw(
                     "repair.bootstrap",
