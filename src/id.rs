@@ -17,7 +17,8 @@
 //! - No progress without a majority of voting nodes; under heavy contention a call can fail
 //!   with [`Error::Contended`] after its attempt limit or deadline.
 //! - If more than a minority of nodes lose their data at once, IDs can repeat; the
-//!   per-process high-water mark still keeps this process's IDs increasing.
+//!   per-process high-water mark still keeps this process's IDs in real-time order: no call
+//!   returns an ID at or below one this process returned before the call started.
 //!
 //! # How
 //! Each node stores, per sequence, the highest ID it accepted. A round proposes a block
@@ -468,8 +469,11 @@ fn describe(r: &Reply) -> String {
     }
 }
 
-/// The per-process high-water mark of each sequence: no ID at or below it is ever returned
-/// again by this process, even if nodes lose their data beyond the fault model.
+/// The per-process high-water mark of each sequence (keyed by node list and sequence): the
+/// largest ID this process has returned. Every round proposes above the mark as it stood when
+/// the round was sent, so no call returns an ID at or below one returned before it started,
+/// even if nodes lose their data beyond the fault model. (Rounds in flight together may
+/// complete in either order; their callers overlap in time, so that is allowed.)
 fn high_waters() -> &'static Mutex<HashMap<String, u64>> {
     static MARKS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
     MARKS.get_or_init(|| Mutex::new(HashMap::new()))
