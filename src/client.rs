@@ -138,6 +138,12 @@ impl Client {
         Ok(client)
     }
 
+    /// Driver clients of the voting-eligible nodes, for pub/sub wake-up hints (never used to
+    /// decide anything).
+    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
+        self.inner.nodes.iter().map(|n| n.driver_client()).collect()
+    }
+
     /// The majority of the configured nodes.
     pub fn majority(&self) -> Majority {
         self.inner.majority
@@ -341,6 +347,24 @@ impl Client {
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
         self.fan_out_with(name, wait, None, true, Targets::All, op)
+            .await
+    }
+
+    /// Like [`fan_out`](Self::fan_out) with a per-node deadline of its own (leases use a
+    /// small fraction of their TTL).
+    pub(crate) async fn fan_out_within<T, F, Fut>(
+        &self,
+        name: &'static str,
+        wait: Wait,
+        deadline: Duration,
+        op: F,
+    ) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        self.fan_out_with(name, wait, Some(deadline), true, Targets::All, op)
             .await
     }
 

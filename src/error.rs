@@ -36,6 +36,28 @@ pub enum Error {
         /// Time spent.
         elapsed: std::time::Duration,
     },
+    /// The lock is held by someone else (contention, not an outage).
+    #[error("lock {name:?} is held by another holder")]
+    LockHeld {
+        /// The lock.
+        name: String,
+    },
+    /// Waiting for a lock (or leadership) reached its deadline.
+    #[error("{op}: still not acquired after waiting {waited:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// The lease was lost while the guarded work ran; the work was cancelled.
+    #[error("lease on {name:?} lost: {reason}")]
+    LeaseLost {
+        /// The lock.
+        name: String,
+        /// Why.
+        reason: crate::lock::LossReason,
+    },
     /// The sequence reached its limit (IDs stay below 2^53).
     #[error("sequence {sequence:?} is exhausted: IDs must stay below {limit}")]
     Exhausted {
@@ -57,13 +79,20 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::Exhausted { .. } => false,
             Error::Contended { .. } => true,
+            Error::LockHeld { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => false,
         }
     }
 
     /// True when retrying the same call later may succeed (nodes down or slow). False for
     /// invalid input.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::NoQuorum(_) | Error::Contended { .. })
+        matches!(
+            self,
+            Error::NoQuorum(_)
+                | Error::Contended { .. }
+                | Error::LockHeld { .. }
+                | Error::Timeout { .. }
+        )
     }
 }
 

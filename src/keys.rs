@@ -18,12 +18,15 @@ pub const MAX_NAME_BYTES: usize = 512;
 
 /// The kinds of keys. Each kind is a distinct word, so keys of two kinds never collide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // kinds are added before every user of them lands
 pub(crate) enum KeyKind {
     /// Per-node marker proving the node has not lost its data (no user name).
     Marker,
     /// A monotonic ID sequence's current maximum.
     Id,
+    /// A lease (lock) key: the holder's random value, with a TTL.
+    Lock,
+    /// A lock's fence counter: the highest token granted with it (no TTL, one per lock).
+    Fence,
 }
 
 impl KeyKind {
@@ -31,6 +34,8 @@ impl KeyKind {
         match self {
             KeyKind::Marker => "marker",
             KeyKind::Id => "id",
+            KeyKind::Lock => "lock",
+            KeyKind::Fence => "fence",
         }
     }
 }

@@ -276,6 +276,11 @@ impl Node {
             .store(false, std::sync::atomic::Ordering::Release);
     }
 
+    /// The driver client (for pub/sub subscriptions).
+    pub(crate) fn driver_client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
     pub(crate) fn last_error(&self) -> Option<String> {
         self.state().last_error.clone()
     }

@@ -16,3 +16,22 @@ pub(crate) static RAISE: LazyLock<redis::Script> =
 
 /// Largest value any ID or token may take, exclusive: Lua compares doubles, exact below 2^53.
 pub const VALUE_LIMIT: u64 = 1 << 53;
+
+/// Lease acquisition with the fencing token minted in the same step.
+pub(crate) static LOCK_ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_acquire.lua")));
+
+/// Lease extension (compare-and-pexpire).
+pub(crate) static LOCK_EXTEND: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_extend.lua")));
+
+/// Lease release (compare-and-delete, notifies waiters).
+pub(crate) static LOCK_RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_release.lua")));
+
+/// Resource-side fencing guard for a Redis resource (see [`crate::fencing`]).
+pub(crate) static FENCED_SET: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/fenced_set.lua")));
+
+/// The text of the resource-side fencing guard, for users who load it themselves.
+pub const FENCED_SET_LUA: &str = include_str!("scripts/fenced_set.lua");

@@ -1,0 +1,894 @@
+//! Fenced leases: Redlock over the quorum nodes, with a fencing token minted inside each
+//! acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
+//! lock.
+//!
+//! # Guarantees
+//! Under the crate's assumptions (see the crate docs) and a bounded drift rate of the clients'
+//! monotonic clocks against the nodes' clocks (1 % of the TTL + 2 ms is subtracted):
+//! - **Fencing:** every granted [`FencingToken`] is greater than every token granted before it
+//!   for the same lock, on any client. The token is minted in the same atomic step that grants
+//!   the lease on each node, so a deposed holder cannot hold the newest token.
+//! - **Mutual exclusion within validity:** while a guard's [`valid_until`](LockGuard::valid_until)
+//!   is in the future, no other client holds a granted lease on the same lock.
+//! - **Early loss signal:** [`LockGuard::lost`], the guard's
+//!   [`cancellation_token`](LockGuard::cancellation_token) and its [`status`](LockGuard::status)
+//!   channel report loss (conflict, no quorum, expiry, hold bound) no later than `valid_until`,
+//!   i.e. before another client can acquire, as long as this process is running.
+//! - Extension never re-creates an expired key; release deletes only this holder's key.
+//!
+//! # Not guaranteed
+//! - A process that pauses (GC, swap, SIGSTOP) past `valid_until` cannot notice anything while
+//!   paused. Mutual exclusion alone never authorizes a side effect: **check the token at the
+//!   resource** ([`crate::fencing`]).
+//! - Progress without a majority; fairness between waiters.
+//!
+//! # Timing advice
+//! Pick a TTL well above the worst pause you want to ride out without losing the lease, and
+//! keep work that must not overlap behind the fencing token. The per-node deadline defaults to
+//! a tenth of the TTL (capped by the client's node timeout); extensions run every TTL/3.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{Client, NodeConn, Targets};
+use crate::error::{Error, NoQuorum};
+use crate::fencing::FencingToken;
+use crate::keys::{fixed_key, KeyKind, Name};
+use crate::quorum::fanout::Wait;
+use crate::quorum::{NodeOutcome, Tally};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, VALUE_LIMIT};
+
+/// Shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Why a lease ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A majority no longer holds this holder's value (expired there, or someone else has it).
+    Conflict,
+    /// Extensions could not reach a majority before the validity deadline.
+    NoQuorum(String),
+    /// The validity deadline was reached without a successful extension.
+    Expired,
+    /// The configured bound on hold time or extensions was reached.
+    HoldBoundReached,
+    /// Released by its holder.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossReason::Conflict => f.write_str("a majority no longer holds this lease"),
+            LossReason::NoQuorum(why) => write!(f, "could not extend on a majority: {why}"),
+            LossReason::Expired => f.write_str("validity deadline reached without an extension"),
+            LossReason::HoldBoundReached => f.write_str("hold-time or extension bound reached"),
+            LossReason::Released => f.write_str("released"),
+        }
+    }
+}
+
+/// A lease's state, as published on [`LockGuard::status`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Held until the instant (monotonic clock), unless extended.
+    Held {
+        /// End of validity.
+        valid_until: Instant,
+    },
+    /// Lost or released.
+    Lost(LossReason),
+}
+
+/// A named lock over the client's nodes. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(client: redquorum::Client) -> Result<(), redquorum::Error> {
+/// use std::time::Duration;
+/// let lock = redquorum::Lock::new(&client, "nightly-report", Duration::from_secs(10))?;
+/// let guard = lock.acquire(Duration::from_secs(5)).await?;
+/// println!("holding with token {}", guard.token()); // pass it to every write
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+struct LockInner {
+    client: Client,
+    name: Name,
+    key: String,
+    fence_key: String,
+    marker_key: String,
+    channel: String,
+    ttl: Duration,
+    node_deadline: Duration,
+    auto_extend: bool,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
+    min_validity: Duration,
+    holder: String,
+    known_fence: AtomicU64,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("ttl", &self.inner.ttl)
+            .finish()
+    }
+}
+
+/// One node's answer to an acquisition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    Granted,
+    Held { fence: u64 },
+    TokenLow { fence: u64 },
+    Refused { fence: u64 },
+}
+
+impl Grant {
+    fn fence(self) -> u64 {
+        match self {
+            Grant::Granted => 0,
+            Grant::Held { fence } | Grant::TokenLow { fence } | Grant::Refused { fence } => fence,
+        }
+    }
+}
+
+impl Lock {
+    /// A lock named `name` with lease time `ttl` (between [`MIN_TTL`] and [`MAX_TTL`]).
+    ///
+    /// # Errors
+    /// [`Error::Name`] for an invalid name; [`Error::InvalidArgument`] for a TTL out of range.
+    pub fn new(client: &Client, name: &str, ttl: Duration) -> Result<Lock, Error> {
+        let name = Name::new("lock", name)?;
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(Error::InvalidArgument(format!(
+                "lock ttl {ttl:?} is outside {MIN_TTL:?}..={MAX_TTL:?}"
+            )));
+        }
+        let node_deadline = (ttl / 10)
+            .min(client.config().node_timeout())
+            .max(Duration::from_millis(2));
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                client: client.clone(),
+                key: name.key(KeyKind::Lock),
+                fence_key: name.key(KeyKind::Fence),
+                marker_key: fixed_key(KeyKind::Marker),
+                channel: format!("rq:released:{}", name.as_str()),
+                name,
+                ttl,
+                node_deadline,
+                auto_extend: true,
+                max_hold: None,
+                max_extensions: None,
+                min_validity: ttl / 2,
+                holder: String::new(),
+                known_fence: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    fn reconfigure(self, f: impl FnOnce(&mut LockInner)) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                f(&mut inner);
+                Lock {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(shared) => Lock { inner: shared },
+        }
+    }
+
+    /// Extend automatically every TTL/3 (default true). Without it the lease simply expires
+    /// unless [`LockGuard::extend`] is called.
+    pub fn with_auto_extend(self, on: bool) -> Self {
+        self.reconfigure(|l| l.auto_extend = on)
+    }
+
+    /// Stop extending (and signal [`LossReason::HoldBoundReached`]) once the lease has been
+    /// held this long. Default: no bound. Guards against zombie holders.
+    pub fn with_max_hold(self, d: Duration) -> Self {
+        self.reconfigure(|l| l.max_hold = Some(d))
+    }
+
+    /// Stop after this many extensions. Default: no bound.
+    pub fn with_max_extensions(self, n: u32) -> Self {
+        self.reconfigure(|l| l.max_extensions = Some(n))
+    }
+
+    /// Per-node deadline of lease requests. Default: TTL/10, capped by the client's node
+    /// timeout, at least 2 ms.
+    pub fn with_node_timeout(self, d: Duration) -> Self {
+        self.reconfigure(|l| l.node_deadline = d.max(Duration::from_millis(1)))
+    }
+
+    /// Describe the holder (host, pid...) in the lock value; readable by
+    /// [`Election::leader`](crate::Election::leader). At most 256 bytes; control characters are
+    /// dropped.
+    pub fn with_holder(self, holder: &str) -> Self {
+        let clean: String = holder
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(256)
+            .collect();
+        self.reconfigure(|l| l.holder = clean)
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.name.as_str()
+    }
+
+    /// The lease time.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// One acquisition attempt.
+    ///
+    /// # Errors
+    /// [`Error::LockHeld`] if another holder has it; [`Error::NoQuorum`] if a majority did not
+    /// answer; [`Error::Timeout`] if the nodes answered too slowly to leave half the TTL of
+    /// validity. Every failed attempt is released on every node.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the attempt runs in a task of its own, and a lease it wins after the caller
+    /// went away is released.
+    pub async fn try_acquire(&self) -> Result<LockGuard, Error> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lock = self.clone();
+        tokio::spawn(async move {
+            let result = lock.attempt().await;
+            if let Err(Ok(guard)) = tx.send(result) {
+                let _ = guard.release().await;
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::InvalidArgument(
+                "acquisition task dropped (runtime shutting down)".into(),
+            ))
+        })
+    }
+
+    /// Acquire, retrying after random delays (and as soon as the holder releases) until `wait`
+    /// has passed. `Duration::ZERO` tries once.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait ends with the lock still held; [`Error::NoQuorum`] when
+    /// the last attempt lacked a majority; invalid input errors at once.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, like [`try_acquire`](Self::try_acquire).
+    pub async fn acquire(&self, wait: Duration) -> Result<LockGuard, Error> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        let released = Arc::new(Notify::new());
+        let _watch = ReleaseWatch::start(&self.inner, released.clone());
+        loop {
+            let err = match self.try_acquire().await {
+                Ok(g) => return Ok(g),
+                Err(e @ (Error::LockHeld { .. } | Error::NoQuorum(_) | Error::Timeout { .. })) => e,
+                Err(other) => return Err(other),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(match err {
+                    Error::LockHeld { .. } if !wait.is_zero() => Error::Timeout {
+                        op: "lock.acquire",
+                        waited: now - started,
+                    },
+                    other => other,
+                });
+            }
+            // A random delay longer than an acquisition takes, so waiters spread out.
+            let base =
+                (self.inner.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+            let delay = base.mul_f64(0.5 + rand::random::<f64>());
+            tokio::select! {
+                _ = tokio::time::sleep_until((now + delay).min(deadline)) => {}
+                _ = released.notified() => {}
+            }
+        }
+    }
+
+    /// Run `work` while holding the lock: acquire (waiting up to `wait`), run the future,
+    /// cancel it (drop it) as soon as the lease is lost, then release.
+    ///
+    /// The closure receives the fencing token and a cancellation token that is cancelled on
+    /// loss; pass them to anything the work spawns.
+    ///
+    /// # Errors
+    /// Acquisition errors as in [`acquire`](Self::acquire); [`Error::LeaseLost`] if the lease
+    /// was lost before `work` finished (the work was cancelled).
+    pub async fn run<F, Fut, T>(&self, wait: Duration, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(FencingToken, CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(wait).await?;
+        // Boxed so it can be dropped (stopped, destructors run) before the release.
+        let mut fut = Box::pin(work(guard.token(), guard.cancellation_token()));
+        tokio::select! {
+            out = &mut fut => {
+                let _ = guard.release().await;
+                Ok(out)
+            }
+            reason = guard.lost() => {
+                drop(fut);
+                let _ = guard.release().await;
+                Err(Error::LeaseLost { name: self.name().to_string(), reason })
+            }
+        }
+    }
+
+    async fn attempt(&self) -> Result<LockGuard, Error> {
+        let inner = &self.inner;
+        let value: Arc<str> = format!("{}:{}", random_hex128(), inner.holder).into();
+        for _ in 0..4 {
+            let token = inner.known_fence.load(Ordering::Acquire).saturating_add(1);
+            if token >= VALUE_LIMIT {
+                return Err(Error::Exhausted {
+                    sequence: format!("fence of lock {}", inner.name.as_str()),
+                    limit: VALUE_LIMIT,
+                });
+            }
+            let start = Instant::now();
+            let tally = self.send_acquire(&value, token).await;
+            let highest = tally.replies().map(|(_, g)| g.fence()).max().unwrap_or(0);
+            inner.known_fence.fetch_max(
+                highest.max(if tally.applied() > 0 { token } else { 0 }),
+                Ordering::AcqRel,
+            );
+            for (node, g) in tally.replies() {
+                if matches!(g, Grant::Refused { .. }) {
+                    inner.client.suspect(node.0);
+                }
+            }
+            if tally.reached() {
+                let drift = inner.ttl / 100 + Duration::from_millis(2);
+                let valid_until = start + inner.ttl.saturating_sub(drift);
+                let left = valid_until.saturating_duration_since(Instant::now());
+                if left < inner.min_validity {
+                    self.release_value(&value).await;
+                    return Err(Error::Timeout {
+                        op: "lock.acquire (too slow to leave enough validity)",
+                        waited: start.elapsed(),
+                    });
+                }
+                tracing::debug!(lock = %inner.name, token, validity_ms = left.as_millis() as u64, "lease granted");
+                return Ok(LockGuard::start(
+                    self.clone(),
+                    value,
+                    FencingToken::new(token),
+                    start,
+                    valid_until,
+                ));
+            }
+            // Not granted: undo partial grants everywhere, then decide why.
+            self.release_value(&value).await;
+            let held = tally
+                .replies()
+                .filter(|(_, g)| matches!(g, Grant::Held { .. }))
+                .count();
+            let low = tally
+                .replies()
+                .filter(|(_, g)| matches!(g, Grant::TokenLow { .. }))
+                .count();
+            if held > 0 {
+                return Err(Error::LockHeld {
+                    name: inner.name.as_str().to_string(),
+                });
+            }
+            if low > 0 {
+                continue; // our token guess was behind: the next round proposes above it
+            }
+            return Err(NoQuorum::from_tally(
+                "lock.acquire",
+                &tally,
+                inner.client.node_urls(),
+                |g| format!("{g:?}"),
+            )
+            .into());
+        }
+        Err(Error::LockHeld {
+            name: inner.name.as_str().to_string(),
+        })
+    }
+
+    async fn send_acquire(&self, value: &Arc<str>, token: u64) -> Tally<Grant> {
+        let inner = &self.inner;
+        let keys: Arc<[String; 3]> = Arc::new([
+            inner.key.clone(),
+            inner.fence_key.clone(),
+            inner.marker_key.clone(),
+        ]);
+        let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
+        inner
+            .client
+            .fan_out_within(
+                "lock.acquire",
+                Wait::Decided,
+                inner.node_deadline,
+                move |mut nc: NodeConn| {
+                    let (keys, value) = (keys.clone(), value.clone());
+                    async move {
+                        let (status, fence): (i64, u64) = LOCK_ACQUIRE
+                            .key(&keys[0])
+                            .key(&keys[1])
+                            .key(&keys[2])
+                            .arg(&*value)
+                            .arg(ttl_ms)
+                            .arg(token)
+                            .arg(&*nc.marker)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(match status {
+                            1 => NodeOutcome::Applied(Grant::Granted),
+                            0 => NodeOutcome::Rejected(Grant::Held { fence }),
+                            -2 => NodeOutcome::Rejected(Grant::TokenLow { fence }),
+                            _ => NodeOutcome::Rejected(Grant::Refused { fence }),
+                        })
+                    }
+                },
+            )
+            .await
+    }
+
+    /// Compare-and-delete on every node (also nodes that did not answer: they may have
+    /// applied). Returns how many nodes deleted it.
+    async fn release_value(&self, value: &Arc<str>) -> usize {
+        let inner = &self.inner;
+        let (key, channel, value) = (
+            Arc::<str>::from(inner.key.as_str()),
+            Arc::<str>::from(inner.channel.as_str()),
+            value.clone(),
+        );
+        let tally = inner
+            .client
+            .fan_out_raw(
+                "lock.release",
+                Wait::All,
+                Targets::All,
+                Some(inner.node_deadline),
+                move |mut nc: NodeConn| {
+                    let (key, channel, value) = (key.clone(), channel.clone(), value.clone());
+                    async move {
+                        let deleted: i64 = LOCK_RELEASE
+                            .key(&*key)
+                            .arg(&*value)
+                            .arg(&*channel)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if deleted == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    }
+                },
+            )
+            .await;
+        tally.applied()
+    }
+
+    /// Compare-and-pexpire on every voting node. `Ok(new valid_until)` when a majority
+    /// extended within the current validity; `Err(true)` on conflict; `Err(false)` otherwise.
+    async fn send_extend(
+        &self,
+        value: &Arc<str>,
+        valid_until: Instant,
+    ) -> Result<Instant, (bool, String)> {
+        let inner = &self.inner;
+        let (key, value, ttl_ms) = (
+            Arc::<str>::from(inner.key.as_str()),
+            value.clone(),
+            inner.ttl.as_millis() as u64,
+        );
+        let start = Instant::now();
+        let tally = inner
+            .client
+            .fan_out_within(
+                "lock.extend",
+                Wait::Decided,
+                inner.node_deadline,
+                move |mut nc: NodeConn| {
+                    let (key, value) = (key.clone(), value.clone());
+                    async move {
+                        let ok: i64 = LOCK_EXTEND
+                            .key(&*key)
+                            .arg(&*value)
+                            .arg(ttl_ms)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if ok == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    }
+                },
+            )
+            .await;
+        if tally.reached() && Instant::now() < valid_until {
+            let drift = inner.ttl / 100 + Duration::from_millis(2);
+            return Ok(start + inner.ttl.saturating_sub(drift));
+        }
+        let conflict = tally.rejected() > tally.majority().nodes() - tally.majority().needed();
+        let why = NoQuorum::from_tally("lock.extend", &tally, inner.client.node_urls(), |_| {
+            "not held".into()
+        })
+        .to_string();
+        Err((conflict, why))
+    }
+}
+
+/// Subscribes to the lock's release notifications on every node while a waiter waits, so a
+/// release wakes it at once. A hint only: nothing is decided from it.
+struct ReleaseWatch {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ReleaseWatch {
+    fn start(inner: &LockInner, wake: Arc<Notify>) -> ReleaseWatch {
+        let tasks = inner
+            .client
+            .pubsub_clients()
+            .into_iter()
+            .map(|client| {
+                let (wake, channel) = (wake.clone(), inner.channel.clone());
+                tokio::spawn(async move {
+                    let Ok(mut ps) = client.get_async_pubsub().await else {
+                        return;
+                    };
+                    if ps.subscribe(&channel).await.is_err() {
+                        return;
+                    }
+                    let mut messages = ps.on_message();
+                    while messages.next().await.is_some() {
+                        wake.notify_waiters();
+                        wake.notify_one();
+                    }
+                })
+            })
+            .collect();
+        ReleaseWatch { tasks }
+    }
+}
+
+impl Drop for ReleaseWatch {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A held lease. Dropping it stops extension and starts a best-effort release in the
+/// background; prefer [`release`](LockGuard::release), which reports the outcome.
+#[must_use = "a lease is released when its guard is dropped"]
+pub struct LockGuard {
+    shared: Arc<LeaseShared>,
+    released: bool,
+}
+
+struct LeaseShared {
+    lock: Lock,
+    value: Arc<str>,
+    token: FencingToken,
+    acquired_at: Instant,
+    times: Mutex<Times>,
+    status: watch::Sender<LeaseStatus>,
+    cancel: CancellationToken,
+    stop: CancellationToken,
+    suspended_for_tests: AtomicBool,
+    /// When the loss was signalled (monotonic clock).
+    lost_at: Mutex<Option<Instant>>,
+}
+
+#[derive(Clone, Copy)]
+struct Times {
+    valid_until: Instant,
+    extensions: u32,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &self.shared.lock.name())
+            .field("token", &self.shared.token)
+            .field("status", &*self.shared.status.borrow())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn start(
+        lock: Lock,
+        value: Arc<str>,
+        token: FencingToken,
+        acquired_at: Instant,
+        valid_until: Instant,
+    ) -> LockGuard {
+        let (status, _) = watch::channel(LeaseStatus::Held { valid_until });
+        let shared = Arc::new(LeaseShared {
+            lock,
+            value,
+            token,
+            acquired_at,
+            times: Mutex::new(Times {
+                valid_until,
+                extensions: 0,
+            }),
+            status,
+            cancel: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            suspended_for_tests: AtomicBool::new(false),
+            lost_at: Mutex::new(None),
+        });
+        tokio::spawn(watchdog(shared.clone()));
+        LockGuard {
+            shared,
+            released: false,
+        }
+    }
+
+    /// The fencing token minted with this lease: pass it with every write to a resource.
+    pub fn token(&self) -> FencingToken {
+        self.shared.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.shared.lock.name()
+    }
+
+    /// End of validity on this process's monotonic clock (moves forward with extensions).
+    pub fn valid_until(&self) -> Instant {
+        self.shared.times().valid_until
+    }
+
+    /// True while the lease has not been lost and its validity has not ended.
+    pub fn is_held(&self) -> bool {
+        matches!(*self.shared.status.borrow(), LeaseStatus::Held { valid_until } if Instant::now() < valid_until)
+    }
+
+    /// A channel that carries every status change; it ends in [`LeaseStatus::Lost`].
+    pub fn status(&self) -> watch::Receiver<LeaseStatus> {
+        self.shared.status.subscribe()
+    }
+
+    /// A token cancelled when the lease is lost (or released).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// Resolves with the reason once the lease is lost; fires no later than `valid_until`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe; call it again to wait again.
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        let mut rx = self.shared.status.subscribe();
+        async move {
+            loop {
+                if let LeaseStatus::Lost(reason) = &*rx.borrow_and_update() {
+                    return reason.clone();
+                }
+                if rx.changed().await.is_err() {
+                    return LossReason::Released;
+                }
+            }
+        }
+    }
+
+    /// When the loss (or release) was signalled, on the monotonic clock; `None` while held.
+    pub fn lost_at(&self) -> Option<Instant> {
+        *self
+            .shared
+            .lost_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Extend now (the watchdog does this on its own unless auto-extend is off).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the extension failed; the lease is then reported lost.
+    pub async fn extend(&self) -> Result<(), Error> {
+        extend_once(&self.shared)
+            .await
+            .map_err(|reason| Error::LeaseLost {
+                name: self.name().to_string(),
+                reason,
+            })
+    }
+
+    /// Release the lease (compare-and-delete on every node) and stop extending. Returns
+    /// whether a majority still held it.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for reporting release failures.
+    ///
+    /// # Cancel safety
+    /// If cancelled, the lease is no longer extended and expires at its TTL.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.released = true;
+        let shared = self.shared.clone();
+        shared.stop.cancel();
+        shared.signal(LossReason::Released);
+        let deleted = shared.lock.release_value(&shared.value).await;
+        Ok(deleted >= shared.lock.inner.client.majority().needed())
+    }
+
+    /// TEST ONLY: stop extending without signalling, as if this process were paused, so a test
+    /// can show what fencing protects against. The loss signal still fires at `valid_until`.
+    #[doc(hidden)]
+    pub fn suspend_extension_for_tests(&self) {
+        self.shared
+            .suspended_for_tests
+            .store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let shared = self.shared.clone();
+        shared.stop.cancel();
+        shared.signal(LossReason::Released);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                shared.lock.release_value(&shared.value).await;
+            });
+        }
+    }
+}
+
+impl LeaseShared {
+    fn times(&self) -> Times {
+        *self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publish the loss once; later reasons are ignored.
+    fn signal(&self, reason: LossReason) {
+        let now = Instant::now();
+        let changed = self.status.send_if_modified(|s| {
+            if matches!(s, LeaseStatus::Lost(_)) {
+                false
+            } else {
+                // Recorded before the change is published, so whoever sees the loss sees when.
+                *self.lost_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+                *s = LeaseStatus::Lost(reason.clone());
+                true
+            }
+        });
+        if changed {
+            if reason != LossReason::Released {
+                tracing::warn!(lock = %self.lock.name(), token = %self.token, %reason, "lease lost");
+            }
+            self.cancel.cancel();
+        }
+    }
+}
+
+async fn extend_once(shared: &Arc<LeaseShared>) -> Result<(), LossReason> {
+    let times = shared.times();
+    match shared
+        .lock
+        .send_extend(&shared.value, times.valid_until)
+        .await
+    {
+        Ok(valid_until) => {
+            let mut t = shared.times.lock().unwrap_or_else(|p| p.into_inner());
+            t.valid_until = t.valid_until.max(valid_until);
+            t.extensions += 1;
+            let v = t.valid_until;
+            drop(t);
+            shared.status.send_if_modified(|s| match s {
+                LeaseStatus::Held { valid_until } => {
+                    *valid_until = v;
+                    true
+                }
+                LeaseStatus::Lost(_) => false,
+            });
+            Ok(())
+        }
+        Err((true, _)) => {
+            shared.signal(LossReason::Conflict);
+            Err(LossReason::Conflict)
+        }
+        Err((false, why)) => Err(LossReason::NoQuorum(why)),
+    }
+}
+
+/// Extends at about TTL/3 and signals loss no later than the validity deadline.
+async fn watchdog(shared: Arc<LeaseShared>) {
+    let lock = shared.lock.inner.clone();
+    let mut last_failure: Option<LossReason> = None;
+    let mut next_extend = Instant::now() + lock.ttl / 3;
+    // Signal a little before the deadline, so that timer and scheduling delays cannot push the
+    // signal past it.
+    let margin = lock.ttl / 50 + Duration::from_millis(1);
+    loop {
+        let valid_until = shared.times().valid_until;
+        let signal_at =
+            valid_until - margin.min(valid_until.saturating_duration_since(shared.acquired_at));
+        let bound_reached = lock
+            .max_hold
+            .is_some_and(|m| shared.acquired_at.elapsed() >= m)
+            || lock
+                .max_extensions
+                .is_some_and(|m| shared.times().extensions >= m);
+        if bound_reached {
+            shared.signal(LossReason::HoldBoundReached);
+            return;
+        }
+        let extending = lock.auto_extend && !shared.suspended_for_tests.load(Ordering::SeqCst);
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = tokio::time::sleep_until(signal_at) => {
+                if shared.times().valid_until <= Instant::now() + margin {
+                    shared.signal(last_failure.take().unwrap_or(LossReason::Expired));
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(next_extend), if extending => {
+                if shared.suspended_for_tests.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let attempt = tokio::select! {
+                    r = extend_once(&shared) => Some(r),
+                    _ = tokio::time::sleep_until(signal_at) => None,
+                    _ = shared.stop.cancelled() => return,
+                };
+                match attempt {
+                    Some(Ok(())) => {
+                        last_failure = None;
+                        next_extend = Instant::now() + lock.ttl / 3;
+                    }
+                    Some(Err(LossReason::Conflict)) => return,
+                    Some(Err(other)) => {
+                        last_failure = Some(other);
+                        // Try again soon, well before the deadline.
+                        next_extend = Instant::now() + (lock.ttl / 10).max(Duration::from_millis(5));
+                    }
+                    None => {
+                        shared.signal(last_failure.take().unwrap_or(LossReason::Expired));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// 128 random bits from the OS CSPRNG, as 32 hex digits.
+fn random_hex128() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The OS CSPRNG is unavailable (it never is on Linux); fall back to the thread RNG,
+        // which is itself seeded from the OS.
+        bytes = rand::random();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,497 @@
+//! Fenced leases against real nodes: fencing a paused holder, the loss signal, a frozen
+//! node's cost, extension and release rules, racing clients, restarts; and the checkers
+//! failing when the protection is off.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{init_tracing, ms, percentile};
+use redquorum::fencing::{fenced_set, FencedWrite};
+use redquorum::{Client, Config, Error, Lock, LossReason};
+use redquorum_testkit::Cluster;
+use tokio::time::Instant;
+
+async fn client(urls: Vec<String>) -> Client {
+    Client::connect(Config::from_urls(urls).expect("valid"))
+        .await
+        .expect("valid")
+}
+
+/// The scenario of Kleppmann's fencing argument, on real nodes: A holds the lock, pauses past
+/// its TTL (its extensions stop), B takes the lock and writes, then A wakes up and writes.
+/// Returns A's token, B's token, the resource's final value, and A's loss reason.
+async fn paused_holder_scenario(fenced: bool) -> (u64, u64, String, LossReason) {
+    let cluster = Cluster::start(3).await;
+    let resource = Cluster::start(1).await; // the resource both holders write to
+    let mut res = resource.node(0).direct_connection().await;
+    let a = client(cluster.urls()).await;
+    let b = client(cluster.urls()).await;
+    let ttl = Duration::from_millis(800);
+
+    let guard_a = Lock::new(&a, "account-42", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("A acquires");
+    let token_a = guard_a.token();
+    guard_a.suspend_extension_for_tests(); // A "pauses": no more extensions
+
+    // A's loss signal fires by its validity deadline.
+    let deadline = guard_a.valid_until();
+    let reason = tokio::time::timeout(ttl * 2, guard_a.lost())
+        .await
+        .expect("A's loss signal must fire");
+    let lost_at = guard_a.lost_at().expect("a lost lease records when");
+    assert!(
+        lost_at <= deadline,
+        "the loss signal fired {} after the deadline",
+        ms(lost_at - deadline)
+    );
+
+    // B takes over and writes with its (larger) token.
+    let guard_b = Lock::new(&b, "account-42", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(3))
+        .await
+        .expect("B acquires once A's lease expired");
+    assert!(
+        guard_b.token() > token_a,
+        "B's token {} must be above A's {}",
+        guard_b.token(),
+        token_a
+    );
+    assert_eq!(
+        fenced_set(
+            &mut res,
+            "balance",
+            "balance:fence",
+            guard_b.token(),
+            b"written by B"
+        )
+        .await
+        .unwrap(),
+        FencedWrite::Applied
+    );
+
+    // A wakes up from its pause and writes, as if it still held the lock.
+    if fenced {
+        let outcome = fenced_set(
+            &mut res,
+            "balance",
+            "balance:fence",
+            token_a,
+            b"written by A",
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(outcome, FencedWrite::Stale { .. }),
+            "A's stale write must be rejected"
+        );
+    } else {
+        let _: () = redis::cmd("SET")
+            .arg("balance")
+            .arg("written by A")
+            .query_async(&mut res)
+            .await
+            .unwrap();
+    }
+    let value: String = redis::cmd("GET")
+        .arg("balance")
+        .query_async(&mut res)
+        .await
+        .unwrap();
+    let token_b = guard_b.token().get();
+    guard_b.release().await.unwrap();
+    (token_a.get(), token_b, value, reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_fenced_off_by_its_token() {
+    init_tracing();
+    let (a, b, value, reason) = paused_holder_scenario(true).await;
+    println!("A token {a}, B token {b}, final value {value:?}, A lost because: {reason}");
+    assert_eq!(
+        value, "written by B",
+        "the resource must keep the newest holder's write"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fencing_the_paused_holders_stale_write_is_accepted() {
+    init_tracing();
+    let (_, _, value, _) = paused_holder_scenario(false).await;
+    // The checker "the resource holds the newest holder's write" fails without fencing.
+    assert_eq!(
+        value, "written by A",
+        "without fencing the stale write lands: the checker would fail"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_from_a_majority_signals_loss_by_its_deadline() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(cluster.urls()).await;
+    let ttl = Duration::from_millis(900);
+    let guard = Lock::new(&a, "cut", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl / 2).await; // at least one extension happens
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let promised = guard.valid_until();
+    let reason = tokio::time::timeout(ttl * 2, guard.lost())
+        .await
+        .expect("loss must be signalled");
+    let signalled = guard.lost_at().expect("recorded");
+    println!(
+        "loss signalled {} before the deadline: {reason}",
+        ms(promised.saturating_duration_since(signalled))
+    );
+    assert!(
+        signalled <= promised,
+        "signalled {} after the deadline",
+        ms(signalled - promised)
+    );
+    assert!(!guard.is_held());
+    assert!(guard.cancellation_token().is_cancelled());
+
+    // Nobody can hold the lock before A's deadline: B (via direct URLs, not cut off) only
+    // succeeds after it.
+    let urls = cluster.nodes().iter().map(|n| n.direct_url()).collect();
+    let b = client(urls).await;
+    let guard_b = Lock::new(&b, "cut", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(3))
+        .await
+        .expect("B acquires after A's lease ends");
+    assert!(
+        Instant::now() > promised,
+        "B got the lock before A's signalled deadline"
+    );
+    assert!(guard_b.token() > guard.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_frozen_node_costs_acquire_and_release_at_most_the_per_node_deadline() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let c = client(cluster.urls()).await;
+    let ttl = Duration::from_secs(2);
+    let lock = Lock::new(&c, "frozen", ttl).unwrap();
+    let cycle = |lock: Lock| async move {
+        let t0 = Instant::now();
+        let g = lock.try_acquire().await.expect("free lock");
+        g.release().await.unwrap();
+        t0.elapsed()
+    };
+    let mut healthy = Vec::new();
+    for _ in 0..30 {
+        healthy.push(cycle(lock.clone()).await);
+    }
+    cluster.node(2).freeze().await;
+    let mut frozen = Vec::new();
+    for _ in 0..30 {
+        frozen.push(cycle(lock.clone()).await);
+    }
+    cluster.node(2).thaw().await;
+    let (h, f) = (
+        percentile(&mut healthy, 99.0),
+        percentile(&mut frozen, 99.0),
+    );
+    println!(
+        "lock+unlock p99: healthy {}, one node frozen {}",
+        ms(h),
+        ms(f)
+    );
+    // Release waits for every node (it must reach nodes that may hold the key), bounded by the
+    // per-node deadline (TTL/10 capped at the client's 250 ms node timeout).
+    assert!(
+        f < Duration::from_millis(250) + Duration::from_millis(120),
+        "one frozen node must cost at most its deadline: p99 {}",
+        ms(f)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extending_after_expiry_never_brings_the_key_back_and_release_spares_the_next_holder() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(cluster.urls()).await;
+    let b = client(cluster.urls()).await;
+    let ttl = Duration::from_millis(300);
+    let guard_a = Lock::new(&a, "expiry", ttl)
+        .unwrap()
+        .with_auto_extend(false)
+        .try_acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let err = guard_a.extend().await.expect_err("the lease expired");
+    assert!(
+        matches!(
+            err,
+            Error::LeaseLost {
+                reason: LossReason::Conflict,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("rq:lock:expiry")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(
+            !exists,
+            "node {}: extend re-created an expired lock",
+            node.index()
+        );
+    }
+
+    // B holds it now; A's late release must not delete B's lock.
+    let guard_b = Lock::new(&b, "expiry", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let a_still_held = guard_a.release().await.unwrap();
+    assert!(!a_still_held, "A no longer held it");
+    assert!(guard_b.is_held());
+    let mut present = 0;
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("rq:lock:expiry")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        present += exists as usize;
+    }
+    assert_eq!(
+        present, 3,
+        "release with someone else's value must leave B's lock on every node"
+    );
+    let again = Lock::new(&a, "expiry", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await;
+    assert!(
+        matches!(again, Err(Error::LockHeld { .. })),
+        "B still holds it: {again:?}"
+    );
+}
+
+/// One holder's tenure as the holder saw it.
+#[derive(Clone, Debug)]
+struct Tenure {
+    who: String,
+    token: u64,
+    from: Instant,
+    until: Instant,
+}
+
+/// At most one valid holder at any time: tenures sorted by start must not overlap, and
+/// tokens must increase with them.
+fn check_tenures(mut t: Vec<Tenure>) -> Result<(), String> {
+    t.sort_by_key(|x| x.from);
+    for w in t.windows(2) {
+        if w[1].from < w[0].until {
+            return Err(format!(
+                "two holders at once: {} (token {}) until {:?} and {} (token {}) from {:?}",
+                w[0].who, w[0].token, w[0].until, w[1].who, w[1].token, w[1].from
+            ));
+        }
+        if w[1].token <= w[0].token {
+            return Err(format!(
+                "token did not increase: {} then {}",
+                w[0].token, w[1].token
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_racing_clients_never_hold_at_once_and_make_progress() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let tenures = Arc::new(Mutex::new(Vec::new()));
+    let stop_at = Instant::now() + Duration::from_secs(6);
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let c = client(cluster.urls()).await;
+        let tenures = tenures.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = Lock::new(&c, "race", Duration::from_secs(1)).unwrap();
+            while Instant::now() < stop_at {
+                let Ok(g) = lock.acquire(Duration::from_millis(500)).await else {
+                    continue;
+                };
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                let until = Instant::now();
+                assert!(until < g.valid_until(), "held past validity");
+                let token = g.token().get();
+                g.release().await.unwrap();
+                tenures.lock().unwrap().push(Tenure {
+                    who: format!("client{i}"),
+                    token,
+                    from,
+                    until,
+                });
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tenures = tenures.lock().unwrap().clone();
+    println!("{} tenures by 32 racing clients", tenures.len());
+    assert!(
+        tenures.len() >= 50,
+        "progress: only {} acquisitions in 6 s",
+        tenures.len()
+    );
+    check_tenures(tenures).unwrap_or_else(|e| panic!("checker: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_quorum_of_half_the_tenure_checker_catches_two_holders() {
+    init_tracing();
+    let cluster = Cluster::start(4).await;
+    let half = |urls: Vec<String>| {
+        Config::from_urls(urls)
+            .unwrap()
+            .with_unsafe_quorum_for_tests(2)
+    };
+    let a = Client::connect(half(cluster.urls())).await.unwrap();
+    let b_urls = vec![
+        cluster.node(0).url(),
+        cluster.node(1).url(),
+        cluster.node(2).direct_url(),
+        cluster.node(3).direct_url(),
+    ];
+    let b = Client::connect(half(b_urls)).await.unwrap();
+    // A reaches only {0, 1}; B reaches only {2, 3} (the proxies of 0 and 1 are cut for B
+    // because B's URLs for them are the proxies we cut after A acquired).
+    cluster.node(2).cut_off();
+    cluster.node(3).cut_off();
+    let ga = Lock::new(&a, "split", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("two of four is a quorum here");
+    let from_a = Instant::now();
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let gb = Lock::new(&b, "split", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("{2, 3} is a quorum here");
+    let from_b = Instant::now();
+    let tenures = vec![
+        Tenure {
+            who: "A".into(),
+            token: ga.token().get(),
+            from: from_a,
+            until: ga.valid_until(),
+        },
+        Tenure {
+            who: "B".into(),
+            token: gb.token().get(),
+            from: from_b,
+            until: gb.valid_until(),
+        },
+    ];
+    let verdict = check_tenures(tenures);
+    println!("checker with a quorum of N/2: {verdict:?}");
+    assert!(
+        verdict.is_err(),
+        "two disjoint quorums of two give two holders; the checker must say so"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_with_its_aof_while_the_lock_is_held_gives_no_second_holder() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(cluster.urls()).await;
+    let b = client(cluster.urls()).await;
+    let guard = Lock::new(&a, "restart", Duration::from_secs(3))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    cluster.node(0).kill_and_restart().await;
+    for _ in 0..10 {
+        let r = Lock::new(&b, "restart", Duration::from_secs(3))
+            .unwrap()
+            .try_acquire()
+            .await;
+        assert!(
+            matches!(r, Err(Error::LockHeld { .. })),
+            "a restarted node must not let a second holder in: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        guard.is_held(),
+        "the holder keeps its lease across a node restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_cancels_the_work_when_the_lease_is_lost() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(cluster.urls()).await;
+    let lock = Lock::new(&a, "scoped", Duration::from_millis(600)).unwrap();
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f2 = finished.clone();
+    let nodes = cluster.nodes();
+    let cut = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        nodes[0].cut_off();
+        nodes[1].cut_off();
+    };
+    let (result, ()) = tokio::join!(
+        lock.run(Duration::from_secs(1), move |token, cancel| async move {
+            assert!(token.get() >= 1);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(!cancel.is_cancelled());
+            f2.store(true, std::sync::atomic::Ordering::SeqCst);
+        }),
+        cut
+    );
+    let err = result.expect_err("the lease is lost while the work runs");
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+    assert!(
+        !finished.load(std::sync::atomic::Ordering::SeqCst),
+        "the work must have been cancelled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lock_input_gets_a_clear_error() {
+    let cluster = Cluster::start(1).await;
+    let c = client(cluster.urls()).await;
+    assert!(matches!(
+        Lock::new(&c, "", Duration::from_secs(1)),
+        Err(Error::Name(_))
+    ));
+    let e = Lock::new(&c, "x", Duration::from_millis(1)).expect_err("1 ms TTL");
+    assert!(e.to_string().contains("ttl"), "{e}");
+    assert!(Lock::new(&c, "x", Duration::from_secs(365 * 86_400)).is_err());
+}
