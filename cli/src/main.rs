@@ -48,6 +48,30 @@ enum Command {
     /// Monotonic fencing IDs.
     #[command(subcommand)]
     Id(IdCommand),
+    /// Fenced leases.
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum LockCommand {
+    /// Run CMD only while holding lock NAME. The child gets REDQUORUM_FENCING_TOKEN and
+    /// REDQUORUM_LOCK_NAME; if the lease is lost, the child's whole process group gets SIGTERM,
+    /// then SIGKILL once the remaining validity is used up. Exit code: the child's (128+signal if
+    /// it was killed by one); 3 if the lock was not acquired; 4 if the lease was lost; 2 on errors.
+    Run {
+        /// The lock name.
+        name: String,
+        /// Lease time; extended automatically every TTL/3.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// How long to wait for the lock; 0 tries once (for cron on every host).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        wait: Duration,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -112,6 +136,12 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Lock(LockCommand::Run {
+            name,
+            ttl,
+            wait,
+            command,
+        }) => lock_run(&client, &name, ttl, wait, &command).await,
         Command::Id(IdCommand::Next { sequence, count }) => {
             let ids = redquorum::IdGenerator::new(&client, &sequence)?
                 .next_ids(count)
@@ -188,5 +218,107 @@ async fn check(client: &Client) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// `lock run`: hold the lock while the child runs; kill the child's process group on loss.
+async fn lock_run(
+    client: &Client,
+    name: &str,
+    ttl: Duration,
+    wait: Duration,
+    command: &[String],
+) -> Result<ExitCode, redquorum::Error> {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::ExitStatusExt;
+
+    let lock = redquorum::Lock::new(client, name, ttl)?
+        .with_holder(&format!("pid {}", std::process::id()));
+    let guard = match lock.acquire(wait).await {
+        Ok(g) => g,
+        Err(e @ (redquorum::Error::LockHeld { .. } | redquorum::Error::Timeout { .. })) => {
+            eprintln!("redquorum: lock {name:?} not acquired: {e}");
+            return Ok(ExitCode::from(3));
+        }
+        Err(e) => return Err(e),
+    };
+    let (program, args) = match command.split_first() {
+        Some(split) => split,
+        None => {
+            return Err(redquorum::Error::InvalidArgument(
+                "no command given after --".into(),
+            ))
+        }
+    };
+    let mut child = match tokio::process::Command::new(program)
+        .args(args)
+        .env("REDQUORUM_FENCING_TOKEN", guard.token().to_string())
+        .env("REDQUORUM_LOCK_NAME", name)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = guard.release().await;
+            return Err(redquorum::Error::InvalidArgument(format!(
+                "cannot run {program:?}: {e}"
+            )));
+        }
+    };
+    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let kill_group = |sig: Signal| {
+        if let Some(pgid) = pgid {
+            let _ = killpg(pgid, sig);
+        }
+    };
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminated = async {
+        match sigterm.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        status = child.wait() => {
+            let _ = guard.release().await;
+            let code = match status {
+                Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
+                Err(_) => 1,
+            };
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        reason = guard.lost() => {
+            // Stop the child before anyone else can hold the lock: SIGTERM now, SIGKILL once
+            // the remaining validity is used up.
+            eprintln!("redquorum: lease on {name:?} lost ({reason}); stopping the command");
+            kill_group(Signal::SIGTERM);
+            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                kill_group(Signal::SIGKILL);
+                let _ = child.wait().await;
+            }
+            kill_group(Signal::SIGKILL); // grandchildren that outlived the child
+            let _ = guard.release().await;
+            Ok(ExitCode::from(4))
+        }
+        _ = terminated => {
+            kill_group(Signal::SIGTERM);
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            kill_group(Signal::SIGKILL);
+            let _ = guard.release().await;
+            Ok(ExitCode::from(143))
+        }
+        _ = tokio::signal::ctrl_c() => {
+            kill_group(Signal::SIGTERM);
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            kill_group(Signal::SIGKILL);
+            let _ = guard.release().await;
+            Ok(ExitCode::from(130))
+        }
     }
 }

@@ -249,3 +249,131 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
         panic!("checker: {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_run_passes_the_token_and_propagates_the_exit_code() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let out = redquorum(&[
+        "--nodes",
+        &nodes,
+        "lock",
+        "run",
+        "nightly",
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$REDQUORUM_FENCING_TOKEN name=$REDQUORUM_LOCK_NAME; exit 7",
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the child's exit code is propagated: {stderr}"
+    );
+    assert!(stdout.contains("name=nightly"), "{stdout}");
+    let token: u64 = stdout
+        .split("token=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .expect("a numeric token");
+    assert!(token >= 1);
+
+    // The next run gets a larger token; the lock was released when the child ended.
+    let out = redquorum(&[
+        "--nodes",
+        &nodes,
+        "lock",
+        "run",
+        "nightly",
+        "--",
+        "sh",
+        "-c",
+        "echo $REDQUORUM_FENCING_TOKEN",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let next: u64 = text(&out).0.trim().parse().expect("token");
+    assert!(
+        next > token,
+        "tokens increase across runs ({token} then {next})"
+    );
+
+    // --wait 0 while someone else holds it: exit 3 with a clear message, the command never runs.
+    let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
+        .await
+        .unwrap();
+    let held = redquorum::Lock::new(&client, "nightly", Duration::from_secs(10))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let out = redquorum(&[
+        "--nodes", &nodes, "lock", "run", "nightly", "--wait", "0", "--", "sh", "-c", "echo RAN",
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        !stdout.contains("RAN"),
+        "the command must not run without the lock"
+    );
+    assert!(
+        stderr.contains("not acquired") && stderr.contains("held"),
+        "{stderr}"
+    );
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("grandchild.pid");
+    // The child starts a grandchild (sleep) and waits for it.
+    let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+    let started = Instant::now();
+    let run = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "lock", "run", "cut", "--ttl", "1s", "--", "sh", "-c", &script,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .output();
+    let cut = async {
+        // Wait until the grandchild exists, then cut the holder off from a majority.
+        while !pidfile.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cluster.node(0).cut_off();
+        cluster.node(1).cut_off();
+    };
+    let (out, ()) = tokio::join!(run, cut);
+    let out = out.unwrap();
+    let took = started.elapsed();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "a lost lease exits 4: {stderr}");
+    assert!(stderr.contains("lost"), "{stderr}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the child must be stopped promptly, took {took:?}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(
+        !alive,
+        "the grandchild (pid {pid}) must have been killed with the process group"
+    );
+}
