@@ -27,6 +27,8 @@ pub(crate) enum KeyKind {
     Lock,
     /// A lock's fence counter: the highest token granted with it (no TTL, one per lock).
     Fence,
+    /// A periodic job's completion records (period -> token).
+    Done,
 }
 
 impl KeyKind {
@@ -36,6 +38,7 @@ impl KeyKind {
             KeyKind::Id => "id",
             KeyKind::Lock => "lock",
             KeyKind::Fence => "fence",
+            KeyKind::Done => "done",
         }
     }
 }

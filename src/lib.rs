@@ -33,9 +33,11 @@
 
 mod client;
 mod config;
+mod election;
 mod error;
 pub mod fencing;
 pub mod id;
+mod jobs;
 mod keys;
 pub mod lock;
 mod node;
@@ -46,10 +48,11 @@ mod scripts;
 
 pub use client::Client;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
+pub use election::{Election, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::FencingToken;
 pub use id::IdGenerator;
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
-pub use lock::{LeaseStatus, Lock, LockGuard, LossReason};
+pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LossReason};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};

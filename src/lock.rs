@@ -238,6 +238,10 @@ impl Lock {
         self.inner.name.as_str()
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
     /// The lease time.
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
@@ -342,9 +346,10 @@ impl Lock {
 
     async fn attempt(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
-        let value: Arc<str> = format!("{}:{}", random_hex128(), inner.holder).into();
         for _ in 0..4 {
             let token = inner.known_fence.load(Ordering::Acquire).saturating_add(1);
+            // Value = 128 random bits (fresh per round), the token, the holder description.
+            let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
             if token >= VALUE_LIMIT {
                 return Err(Error::Exhausted {
                     sequence: format!("fence of lock {}", inner.name.as_str()),
@@ -541,9 +546,85 @@ impl Lock {
     }
 }
 
+/// What a majority of nodes says about who holds a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder description given with [`Lock::with_holder`] (a candidate ID for elections).
+    pub holder: String,
+    /// The fencing token of the holder's lease (the leadership term, for elections).
+    pub token: FencingToken,
+    /// The smallest remaining TTL among the majority that reported it.
+    pub expires_in: Duration,
+}
+
+impl Lock {
+    /// Who holds the lock according to a majority of the nodes, if anyone does.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] if fewer than a majority answered.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe (read-only).
+    pub async fn holder(&self) -> Result<Option<Holder>, Error> {
+        let key: Arc<str> = self.inner.key.as_str().into();
+        let tally = self
+            .inner
+            .client
+            .fan_out_within(
+                "lock.holder",
+                Wait::All,
+                self.inner.node_deadline,
+                move |mut nc: NodeConn| {
+                    let key = key.clone();
+                    async move {
+                        let (value, pttl): (Option<String>, i64) = redis::pipe()
+                            .get(&*key)
+                            .pttl(&*key)
+                            .query_async(&mut nc.conn)
+                            .await?;
+                        Ok(NodeOutcome::Applied((value, pttl)))
+                    }
+                },
+            )
+            .await;
+        let tally = self
+            .inner
+            .client
+            .require_majority("lock.holder", tally, |_| String::new())?;
+        let needed = tally.majority().needed();
+        let mut counts: std::collections::HashMap<&str, (usize, i64)> =
+            std::collections::HashMap::new();
+        for (_, (value, pttl)) in tally.replies() {
+            if let Some(v) = value {
+                let e = counts.entry(v.as_str()).or_insert((0, i64::MAX));
+                e.0 += 1;
+                e.1 = e.1.min(*pttl);
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .find(|(_, (n, _))| *n >= needed)
+            .and_then(|(value, (_, pttl))| {
+                let mut parts = value.splitn(3, ':');
+                let _random = parts.next()?;
+                let token: u64 = parts.next()?.parse().ok()?;
+                Some(Holder {
+                    holder: parts.next().unwrap_or_default().to_string(),
+                    token: FencingToken::new(token),
+                    expires_in: Duration::from_millis(pttl.max(0) as u64),
+                })
+            }))
+    }
+
+    /// Wake-up hints for waiters: notified when the holder releases (pub/sub on every node).
+    pub(crate) fn release_watch(&self, wake: Arc<Notify>) -> ReleaseWatch {
+        ReleaseWatch::start(&self.inner, wake)
+    }
+}
+
 /// Subscribes to the lock's release notifications on every node while a waiter waits, so a
 /// release wakes it at once. A hint only: nothing is decided from it.
-struct ReleaseWatch {
+pub(crate) struct ReleaseWatch {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
