@@ -209,6 +209,7 @@ impl Client {
             self.inner.config.node_timeout,
             Wait::All,
             calls,
+            None,
         )
         .await;
         tally
@@ -346,8 +347,35 @@ impl Client {
         F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
-        self.fan_out_with(name, wait, None, true, Targets::All, op)
+        self.fan_out_with(name, wait, None, true, Targets::All, None, op)
             .await
+    }
+
+    /// To every node (voting or not), awaiting all of them, but reporting the number of nodes
+    /// that applied it on `decided` as soon as the outcome is decided. Run it in a task of its
+    /// own to return at the decision while slow nodes are still being reached.
+    pub(crate) async fn fan_out_all_reporting<T, F, Fut>(
+        &self,
+        name: &'static str,
+        deadline: Duration,
+        decided: tokio::sync::oneshot::Sender<usize>,
+        op: F,
+    ) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        self.fan_out_with(
+            name,
+            Wait::All,
+            Some(deadline),
+            false,
+            Targets::All,
+            Some(decided),
+            op,
+        )
+        .await
     }
 
     /// Like [`fan_out`](Self::fan_out) with a per-node deadline of its own (leases use a
@@ -364,7 +392,7 @@ impl Client {
         F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
-        self.fan_out_with(name, wait, Some(deadline), true, Targets::All, op)
+        self.fan_out_with(name, wait, Some(deadline), true, Targets::All, None, op)
             .await
     }
 
@@ -383,10 +411,12 @@ impl Client {
         F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
-        self.fan_out_with(name, wait, deadline, false, targets, op)
+        self.fan_out_with(name, wait, deadline, false, targets, None, op)
             .await
     }
 
+    // Private plumbing behind the four public shapes above; each argument is one of their knobs.
+    #[allow(clippy::too_many_arguments)]
     async fn fan_out_with<T, F, Fut>(
         &self,
         name: &'static str,
@@ -394,6 +424,7 @@ impl Client {
         deadline: Option<Duration>,
         voting_only: bool,
         targets: Targets,
+        decided: Option<tokio::sync::oneshot::Sender<usize>>,
         op: F,
     ) -> Tally<T>
     where
@@ -430,6 +461,7 @@ impl Client {
             node_timeout + Duration::from_millis(5),
             wait,
             calls,
+            decided,
         )
         .await
     }

@@ -38,7 +38,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Client, NodeConn, Targets};
+use crate::client::{Client, NodeConn};
 use crate::error::{Error, NoQuorum};
 use crate::fencing::FencingToken;
 use crate::keys::{fixed_key, KeyKind, Name};
@@ -459,7 +459,9 @@ impl Lock {
     }
 
     /// Compare-and-delete on every node (also nodes that did not answer: they may have
-    /// applied). Returns how many nodes deleted it.
+    /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
+    /// nodes are still sent the release in the background (and their copy expires with the
+    /// TTL anyway), so one frozen node does not slow a release down.
     async fn release_value(&self, value: &Arc<str>) -> usize {
         let inner = &self.inner;
         let (key, channel, value) = (
@@ -467,14 +469,12 @@ impl Lock {
             Arc::<str>::from(inner.channel.as_str()),
             value.clone(),
         );
-        let tally = inner
-            .client
-            .fan_out_raw(
-                "lock.release",
-                Wait::All,
-                Targets::All,
-                Some(inner.node_deadline),
-                move |mut nc: NodeConn| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let client = inner.client.clone();
+        let deadline = inner.node_deadline;
+        tokio::spawn(async move {
+            client
+                .fan_out_all_reporting("lock.release", deadline, tx, move |mut nc: NodeConn| {
                     let (key, channel, value) = (key.clone(), channel.clone(), value.clone());
                     async move {
                         let deleted: i64 = LOCK_RELEASE
@@ -489,10 +489,10 @@ impl Lock {
                             NodeOutcome::Rejected(())
                         })
                     }
-                },
-            )
-            .await;
-        tally.applied()
+                })
+                .await
+        });
+        rx.await.unwrap_or(0)
     }
 
     /// Compare-and-pexpire on every voting node. `Ok(new valid_until)` when a majority
@@ -857,17 +857,16 @@ impl LeaseShared {
             if matches!(s, LeaseStatus::Lost(_)) {
                 false
             } else {
-                // Recorded before the change is published, so whoever sees the loss sees when.
+                // Recorded and cancelled before the change is published, so whoever sees the
+                // loss also sees when, and finds the token cancelled.
                 *self.lost_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+                self.cancel.cancel();
                 *s = LeaseStatus::Lost(reason.clone());
                 true
             }
         });
-        if changed {
-            if reason != LossReason::Released {
-                tracing::warn!(lock = %self.lock.name(), token = %self.token, %reason, "lease lost");
-            }
-            self.cancel.cancel();
+        if changed && reason != LossReason::Released {
+            tracing::warn!(lock = %self.lock.name(), token = %self.token, %reason, "lease lost");
         }
     }
 }

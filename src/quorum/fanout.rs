@@ -41,6 +41,7 @@ pub(crate) async fn fan_out<T: Send + 'static>(
     node_timeout: Duration,
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
+    decided: Option<tokio::sync::oneshot::Sender<usize>>,
 ) -> Tally<T> {
     let span = tracing::debug_span!(
         "quorum",
@@ -51,7 +52,7 @@ pub(crate) async fn fan_out<T: Send + 'static>(
         decision = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    run(majority, node_timeout, wait, calls)
+    run(majority, node_timeout, wait, calls, decided)
         .instrument(span.clone())
         .await
         .inspect_tally(&span)
@@ -62,6 +63,7 @@ async fn run<T: Send + 'static>(
     node_timeout: Duration,
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
+    mut decided: Option<tokio::sync::oneshot::Sender<usize>>,
 ) -> Tally<T> {
     let start = Instant::now();
     let mut pending_ids: Vec<NodeId> = calls.iter().map(|(id, _)| *id).collect();
@@ -91,9 +93,19 @@ async fn run<T: Send + 'static>(
             outcome,
             latency: Some(latency),
         });
-        if wait == Wait::Decided && majority.decide(applied, settled) != Decision::Pending {
-            break;
+        if majority.decide(applied, settled) != Decision::Pending {
+            // Tell a waiting caller the outcome as soon as it is known; with `Wait::All` the
+            // remaining nodes are still awaited (in the caller's background task).
+            if let Some(tx) = decided.take() {
+                let _ = tx.send(applied);
+            }
+            if wait == Wait::Decided {
+                break;
+            }
         }
+    }
+    if let Some(tx) = decided.take() {
+        let _ = tx.send(applied);
     }
     for node in pending_ids {
         results.push(NodeResult {
@@ -169,6 +181,7 @@ mod tests {
             Duration::from_secs(10),
             Wait::Decided,
             calls(script),
+            None,
         )
         .await;
         assert!(tally.reached());
@@ -204,6 +217,7 @@ mod tests {
             Duration::from_millis(50),
             Wait::Decided,
             calls(script),
+            None,
         )
         .await;
         assert!(!tally.reached());
@@ -233,6 +247,7 @@ mod tests {
             Duration::from_secs(10),
             Wait::Decided,
             calls(script),
+            None,
         )
         .await;
         assert_eq!(tally.decision(), Decision::Impossible);
@@ -253,11 +268,43 @@ mod tests {
             Duration::from_millis(100),
             Wait::All,
             calls(script),
+            None,
         )
         .await;
         assert!(tally.reached());
         assert_eq!(tally.elapsed(), Duration::from_millis(30));
         let replies: Vec<u32> = tally.replies().map(|(_, v)| *v).collect();
         assert_eq!(replies, vec![1, 2, 9]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_all_reports_the_decision_before_the_slow_nodes_answer() {
+        let script = vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+            (80, NodeOutcome::Applied(3)),
+        ];
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start = tokio::time::Instant::now();
+        let all = tokio::spawn(fan_out(
+            "test",
+            Majority::of(3),
+            Duration::from_millis(100),
+            Wait::All,
+            calls(script),
+            Some(tx),
+        ));
+        assert_eq!(
+            rx.await.expect("reported"),
+            2,
+            "two nodes applied when the majority was reached"
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(2),
+            "reported at the decision, not at the end"
+        );
+        let tally = all.await.expect("task");
+        assert_eq!(tally.applied(), 3, "the slow node was still awaited");
     }
 }

@@ -1,0 +1,145 @@
+//! Lease benchmark: lock+unlock cycles/s and latency, redquorum's `Lock` side by side with
+//! rslock 0.10 (the Rust Redlock crate) in the same run, on the same local redis-server nodes
+//! (AOF on, appendfsync always), healthy and with one node frozen (SIGSTOP); and fail-over time
+//! after the holder dies, against the TTL.
+//!
+//! Run: `scripts/bench.sh locks` (or `cargo bench --bench locks`; `-- --quick` for a short run).
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{measure, Figures, LocalNodes};
+
+use redquorum::{Client, Config, Lock};
+
+fn row(label: &str, f: Figures) {
+    println!(
+        "  {label:<34} {:>9.0} cycles/s   p50 {:>8.2} ms   p99 {:>8.2} ms   failed {}",
+        f.ids_per_s, f.p50_ms, f.p99_ms, f.failures
+    );
+}
+
+async fn ours(client: &Client, callers: usize, dur: Duration, tag: &str) -> Figures {
+    let mut locks = Vec::new();
+    for i in 0..callers {
+        locks
+            .push(Lock::new(client, &format!("bench:{tag}:{i}"), Duration::from_secs(10)).unwrap());
+    }
+    let locks = std::sync::Arc::new(locks);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    measure(callers, dur, move || {
+        let (locks, next) = (locks.clone(), next.clone());
+        async move {
+            // Each caller cycles its own lock (uncontended): the cost of the protocol itself.
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % locks.len();
+            let g = locks[i].try_acquire().await.map_err(|e| e.to_string())?;
+            g.release().await.map_err(|e| e.to_string())?;
+            Ok(1)
+        }
+    })
+    .await
+}
+
+async fn rs(manager: &rslock::LockManager, callers: usize, dur: Duration, tag: &str) -> Figures {
+    let manager = manager.clone();
+    let tag = tag.to_string();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    measure(callers, dur, move || {
+        let (manager, tag, next) = (manager.clone(), tag.clone(), next.clone());
+        async move {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % callers;
+            let name = format!("rslock:{tag}:{i}");
+            let lock = manager
+                .lock(name.as_bytes(), Duration::from_secs(10))
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            manager.unlock(&lock).await;
+            Ok(1)
+        }
+    })
+    .await
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let dur = if quick {
+        Duration::from_millis(700)
+    } else {
+        Duration::from_secs(2)
+    };
+    println!("redquorum lock benchmark vs rslock 0.10: {:?} per measurement, local redis-server nodes (AOF always)", dur);
+    let mut summary = Vec::new();
+    for n in [3usize, 5] {
+        let nodes = LocalNodes::start(n);
+        let urls = nodes.urls();
+        let client = Client::connect(Config::from_urls(&urls).unwrap())
+            .await
+            .unwrap();
+        let manager = rslock::LockManager::new(urls.clone());
+        println!("\nN = {n}");
+        for callers in [1usize, 16] {
+            println!(" healthy, {callers} caller(s), each on its own lock:");
+            let a = ours(&client, callers, dur, &format!("h{n}{callers}")).await;
+            row("redquorum Lock", a);
+            let b = rs(&manager, callers, dur, &format!("h{n}{callers}")).await;
+            row("rslock 0.10", b);
+            println!(
+                "  ratio redquorum / rslock: {:.2}x cycles/s",
+                a.ids_per_s / b.ids_per_s
+            );
+            summary.push((n, callers, "healthy", a, b));
+        }
+        // One node frozen (SIGSTOP). rslock waits for every node; we wait at most the per-node
+        // deadline (TTL/10 capped at 250 ms) and return as soon as a majority answered.
+        nodes.signal(n - 1, "-STOP");
+        println!(" one node frozen, 1 caller:");
+        let a = ours(&client, 1, dur * 2, &format!("f{n}")).await;
+        row("redquorum Lock", a);
+        let b = rs(&manager, 1, dur * 2, &format!("f{n}")).await;
+        row("rslock 0.10", b);
+        println!(
+            "  ratio redquorum / rslock: {:.2}x cycles/s",
+            a.ids_per_s / b.ids_per_s
+        );
+        summary.push((n, 1, "1 frozen", a, b));
+        nodes.signal(n - 1, "-CONT");
+
+        // Fail-over: the holder dies (stops extending, never releases); how long until a
+        // waiting acquirer holds the lock, against the TTL.
+        let ttl = Duration::from_secs(1);
+        let holder = Lock::new(&client, &format!("bench:failover:{n}"), ttl)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        holder.suspend_extension_for_tests();
+        let died = Instant::now();
+        let other = Client::connect(Config::from_urls(&urls).unwrap())
+            .await
+            .unwrap();
+        let g = Lock::new(&other, &format!("bench:failover:{n}"), ttl)
+            .unwrap()
+            .acquire(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let took = died.elapsed();
+        println!(
+            " fail-over after the holder died: {:.0} ms with TTL {:.0} ms ({:.2}x TTL)",
+            took.as_secs_f64() * 1e3,
+            ttl.as_secs_f64() * 1e3,
+            took.as_secs_f64() / ttl.as_secs_f64()
+        );
+        let _ = g.release().await;
+        std::mem::drop(holder);
+    }
+    println!("\nsummary: N callers state | redquorum cycles/s p50 p99 | rslock cycles/s p50 p99");
+    for (n, callers, state, a, b) in summary {
+        println!(
+            "  {n} {callers:>2} {state:<8} | {:>7.0} {:>7.2} {:>7.2} | {:>7.0} {:>7.2} {:>7.2}",
+            a.ids_per_s, a.p50_ms, a.p99_ms, b.ids_per_s, b.p50_ms, b.p99_ms
+        );
+    }
+}
