@@ -2,8 +2,10 @@
 //!
 //! Coordination across **N independent Redis nodes** with majority quorums: monotonic
 //! fencing IDs, fenced leases and leader election, fenced peer indexing and work
-//! distribution. This release contains the foundation: configuration, the quorum core,
-//! and node safety checks.
+//! distribution. This release contains the quorum core and node safety checks,
+//! [`IdGenerator`] (monotonic fencing IDs), [`Lock`] (fenced leases), [`Election`] and
+//! [`PeriodicJob`], and the resource-side [`fencing`] helpers. Each module's docs state its
+//! guarantees, what is not guaranteed, errors and cancel safety.
 //!
 //! ## What every guarantee assumes
 //! - Each node persists a write before replying: `appendonly yes`, `appendfsync always`,
