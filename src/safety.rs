@@ -5,7 +5,7 @@
 //! (`appendonly yes`, `appendfsync always`, the last AOF write succeeded), never evicts keys
 //! (`maxmemory-policy noeviction`), is counted once, and keeps its data across restarts. This
 //! module turns what a node reports (`INFO`, `CONFIG GET`) into [`Finding`]s. Parsing and
-//! judging are pure functions; the I/O lives in [`crate::node`].
+//! judging are pure functions; the I/O lives in the (private) `node` module.
 //!
 //! Architecture invariant: a setting that could not be read is reported as unverified, never
 //! as OK; in strict mode an unverified fsync policy excludes the node unless the operator

@@ -1,6 +1,6 @@
 //! Majority math and per-node outcomes: the pure decision core of every quorum operation.
 //!
-//! Nothing in this module does I/O or reads a clock. [`fanout`] is the one place where
+//! Nothing in this module does I/O or reads a clock. `fanout` is the one place where
 //! requests go out to the nodes; it feeds each answer into a [`Tally`] and asks
 //! [`Majority::decide`] whether it may stop.
 //!
