@@ -286,7 +286,8 @@ impl Lock {
         let started = Instant::now();
         let deadline = started + wait;
         let released = Arc::new(Notify::new());
-        let _watch = ReleaseWatch::start(&self.inner, released.clone());
+        // Waiters listen for releases; a single try needs no subscription.
+        let _watch = (!wait.is_zero()).then(|| ReleaseWatch::start(&self.inner, released.clone()));
         loop {
             let err = match self.try_acquire().await {
                 Ok(g) => return Ok(g),
