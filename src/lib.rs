@@ -42,6 +42,7 @@ pub mod id;
 mod jobs;
 mod keys;
 pub mod lock;
+pub mod membership;
 mod node;
 pub mod quorum;
 mod repair;
