@@ -60,10 +60,15 @@ impl Election {
         ttl: Duration,
         candidate: &str,
     ) -> Result<Election, Error> {
+        Election::on_lock(Lock::new(client, name, ttl)?, candidate)
+    }
+
+    /// An election over an existing lock (internal key kinds for group leaders).
+    pub(crate) fn on_lock(lock: Lock, candidate: &str) -> Result<Election, Error> {
         if candidate.trim().is_empty() {
             return Err(Error::InvalidArgument("candidate ID is empty".into()));
         }
-        let lock = Lock::new(client, name, ttl)?.with_holder(candidate);
+        let lock = lock.with_holder(candidate);
         let candidate: String = candidate
             .chars()
             .filter(|c| !c.is_control())

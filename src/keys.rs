@@ -29,6 +29,16 @@ pub(crate) enum KeyKind {
     Fence,
     /// A periodic job's completion records (period -> token).
     Done,
+    /// A group's membership leases (sorted set: member -> expiry, server time in ms).
+    Members,
+    /// A group's agreed view (hash: token, view).
+    View,
+    /// A group's acknowledgements of prepared views (hash: member -> token).
+    Ack,
+    /// A group's leader lease.
+    GroupLock,
+    /// A group's leader fence counter.
+    GroupFence,
 }
 
 impl KeyKind {
@@ -39,6 +49,11 @@ impl KeyKind {
             KeyKind::Lock => "lock",
             KeyKind::Fence => "fence",
             KeyKind::Done => "done",
+            KeyKind::Members => "members",
+            KeyKind::View => "view",
+            KeyKind::Ack => "ack",
+            KeyKind::GroupLock => "glock",
+            KeyKind::GroupFence => "gfence",
         }
     }
 }

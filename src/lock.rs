@@ -157,6 +157,18 @@ impl Lock {
     /// # Errors
     /// [`Error::Name`] for an invalid name; [`Error::InvalidArgument`] for a TTL out of range.
     pub fn new(client: &Client, name: &str, ttl: Duration) -> Result<Lock, Error> {
+        Lock::with_kinds(client, name, ttl, KeyKind::Lock, KeyKind::Fence)
+    }
+
+    /// A lock whose keys live under other kinds (a group's leader lock must not collide with
+    /// a user lock of the same name).
+    pub(crate) fn with_kinds(
+        client: &Client,
+        name: &str,
+        ttl: Duration,
+        lock: KeyKind,
+        fence: KeyKind,
+    ) -> Result<Lock, Error> {
         let name = Name::new("lock", name)?;
         if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::InvalidArgument(format!(
@@ -169,10 +181,10 @@ impl Lock {
         Ok(Lock {
             inner: Arc::new(LockInner {
                 client: client.clone(),
-                key: name.key(KeyKind::Lock),
-                fence_key: name.key(KeyKind::Fence),
+                key: name.key(lock),
+                fence_key: name.key(fence),
                 marker_key: fixed_key(KeyKind::Marker),
-                channel: format!("rq:released:{}", name.as_str()),
+                channel: format!("rq:released:{}", name.key(lock)),
                 name,
                 ttl,
                 node_deadline,

@@ -38,7 +38,7 @@ use crate::scripts::RAISE;
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
 /// names never reach a SCAN pattern.
-const MONOTONIC_PATTERNS: &[&str] = &["rq:id:*", "rq:fence:*"];
+const MONOTONIC_PATTERNS: &[&str] = &["rq:id:*", "rq:fence:*", "rq:gfence:*"];
 
 /// What one node holds: its marker and every monotonic register.
 #[derive(Clone, Debug, Default)]

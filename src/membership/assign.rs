@@ -9,13 +9,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::fencing::FencingToken;
 
 /// Bits of a view token given to the sequence number within a term.
 const SEQ_BITS: u32 = 20;
 
 /// A view's version: the sealing leader's term, then a sequence number within that term.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct ViewVersion {
     /// The sealing leader's term (its lease's fencing token).
     pub term: u64,
@@ -36,7 +40,8 @@ impl ViewVersion {
 }
 
 /// Whether tasks may be taken under a view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ViewState {
     /// Sealed; old members are draining. Nobody takes tasks whose owner changes.
     Prepare,
@@ -59,7 +64,7 @@ pub enum Ownership {
 }
 
 /// One agreed view of a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct View {
     /// Its version.
     pub version: ViewVersion,
@@ -67,6 +72,10 @@ pub struct View {
     pub state: ViewState,
     /// Member ID -> dense index in `0..replicas`.
     pub members: BTreeMap<String, u32>,
+    /// The members of the last active view: each must acknowledge (drain) or lose its lease
+    /// before this view may become active.
+    #[serde(default)]
+    pub draining: BTreeSet<String>,
 }
 
 impl View {
@@ -76,6 +85,7 @@ impl View {
             version: ViewVersion::default(),
             state: ViewState::Active,
             members: BTreeMap::new(),
+            draining: BTreeSet::new(),
         }
     }
 
@@ -96,10 +106,32 @@ impl View {
         } else {
             1
         };
+        // Whoever took tasks last is whoever was in the last ACTIVE view: a prepared view that
+        // never became active handed out nothing.
+        let draining = match self.state {
+            ViewState::Active => self.members.keys().cloned().collect(),
+            ViewState::Prepare => self.draining.clone(),
+        };
         View {
             version: ViewVersion { term, seq },
             state: ViewState::Prepare,
             members: sticky_indexes(&self.members, members),
+            draining,
+        }
+    }
+
+    /// The same view, activated under a new version sealed in `term`.
+    pub fn activated(&self, term: u64) -> View {
+        let seq = if term == self.version.term {
+            self.version.seq + 1
+        } else {
+            1
+        };
+        View {
+            version: ViewVersion { term, seq },
+            state: ViewState::Active,
+            members: self.members.clone(),
+            draining: BTreeSet::new(),
         }
     }
 
@@ -170,16 +202,17 @@ pub fn bucket_owner<'a>(bucket: u32, members: impl Iterator<Item = &'a str>) -> 
     })
 }
 
-/// The transition barrier: a prepared view may become active once every member of the
-/// previous view has acknowledged it (drained what it loses) or lost its membership lease.
+/// The transition barrier: a prepared view may become active once every member of the last
+/// active view (`prepared.draining`) has acknowledged it (drained what it loses) or lost its
+/// membership lease.
 pub fn transition_ready(
-    previous: &View,
+    prepared: &View,
     acknowledged: &BTreeSet<String>,
     lease_expired: &BTreeSet<String>,
 ) -> bool {
-    previous
-        .members
-        .keys()
+    prepared
+        .draining
+        .iter()
         .all(|m| acknowledged.contains(m) || lease_expired.contains(m))
 }
 
@@ -288,16 +321,25 @@ mod tests {
     }
 
     #[test]
-    fn the_barrier_waits_for_every_old_member() {
-        let old = view(&["a", "b", "c"]);
-        assert!(!transition_ready(&old, &set(&["a", "b"]), &set(&[])));
+    fn the_barrier_waits_for_every_member_of_the_last_active_view() {
+        let active = view(&["a", "b", "c"]).activated(1);
+        let prepared = active.next(&set(&["a", "b"]), 1);
+        assert_eq!(prepared.draining, set(&["a", "b", "c"]));
+        assert!(!transition_ready(&prepared, &set(&["a", "b"]), &set(&[])));
         assert!(
-            transition_ready(&old, &set(&["a", "b"]), &set(&["c"])),
+            transition_ready(&prepared, &set(&["a", "b"]), &set(&["c"])),
             "an expired lease counts"
         );
-        assert!(transition_ready(&old, &set(&["a", "b", "c"]), &set(&[])));
+        assert!(transition_ready(
+            &prepared,
+            &set(&["a", "b", "c"]),
+            &set(&[])
+        ));
+        // A second change before activation still waits for the last ACTIVE view's members.
+        let again = prepared.next(&set(&["a"]), 1);
+        assert_eq!(again.draining, set(&["a", "b", "c"]));
         assert!(
-            transition_ready(&View::empty(), &set(&[]), &set(&[])),
+            transition_ready(&view(&["a"]), &set(&[]), &set(&[])),
             "nothing to drain at first"
         );
     }

@@ -8,3 +8,7 @@
 //! and the open issue).
 
 pub mod assign;
+pub mod group;
+
+pub use assign::{Ownership, View, ViewState, ViewVersion};
+pub use group::{Assignment, DrainHook, GroupOptions, Member};

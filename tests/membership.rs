@@ -1,0 +1,239 @@
+//! Fenced peer indexing against real nodes: dense sticky indexes, the transition barrier, and
+//! a checker over the recorded ownership history for I1 (never two owners), I2 (one owner per
+//! task once stable) and I3 (changes active within two intervals); the same run without the
+//! barrier shows a double owner.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{init_tracing, ms};
+use redquorum::membership::{Assignment, GroupOptions, Member, Ownership};
+use redquorum::{Client, Config};
+use redquorum_testkit::Cluster;
+use tokio::time::Instant;
+
+const INTERVAL: Duration = Duration::from_millis(500);
+const TASKS: u64 = 200;
+
+/// One member's published assignments with their instants.
+type History = Vec<(Instant, Option<Assignment>)>;
+
+async fn client(urls: Vec<String>) -> Client {
+    Client::connect(Config::from_urls(urls).expect("valid"))
+        .await
+        .expect("valid")
+}
+
+/// Ownership intervals of one member: (from, until, assignment).
+fn intervals(
+    history: &[(Instant, Option<Assignment>)],
+    end: Instant,
+) -> Vec<(Instant, Instant, Assignment)> {
+    let mut out = Vec::new();
+    for (i, (at, a)) in history.iter().enumerate() {
+        if let Some(a) = a {
+            let next = history.get(i + 1).map(|(t, _)| *t).unwrap_or(end);
+            out.push((*at, next.min(a.valid_until), a.clone()));
+        }
+    }
+    out
+}
+
+/// I1: no task is owned by two members at the same instant.
+fn check_single_owner(histories: &[(String, History)], end: Instant) -> Result<(), String> {
+    let all: Vec<(String, Instant, Instant, Assignment)> = histories
+        .iter()
+        .flat_map(|(m, h)| {
+            intervals(h, end)
+                .into_iter()
+                .map(move |(f, u, a)| (m.clone(), f, u, a))
+        })
+        .collect();
+    for task in 0..TASKS {
+        let mut owned: Vec<&(String, Instant, Instant, Assignment)> = all
+            .iter()
+            .filter(|(_, f, u, a)| f < u && a.covers(task))
+            .collect();
+        owned.sort_by_key(|(_, f, _, _)| *f);
+        for (i, x) in owned.iter().enumerate() {
+            for y in &owned[i + 1..] {
+                if y.1 >= x.2 {
+                    break;
+                }
+                if x.0 != y.0 {
+                    return Err(format!(
+                        "task {task} owned by {} (view {:?}) and {} (view {:?}) at once, overlapping {}",
+                        x.0,
+                        x.3.version,
+                        y.0,
+                        y.3.version,
+                        ms(x.2.min(y.2) - y.1)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn join(urls: &[String], id: &str, opts: GroupOptions) -> Member {
+    Member::join(&client(urls.to_vec()).await, "mailers", id, opts)
+        .await
+        .expect("join")
+}
+
+/// Wait until every member in `members` has an active assignment of the same version with
+/// `replicas` members; returns how long it took.
+async fn until_settled(members: &[&Member], replicas: u32, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let a: Vec<Option<Assignment>> = members.iter().map(|m| m.assignment()).collect();
+        let versions: BTreeSet<_> = a.iter().map(|x| x.as_ref().map(|x| x.version)).collect();
+        if versions.len() == 1
+            && a.iter()
+                .all(|x| x.as_ref().is_some_and(|x| x.replicas == replicas))
+        {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "not settled on {replicas} replicas after {}: {:?}",
+            ms(limit),
+            a.iter()
+                .map(|x| x.as_ref().map(|x| (x.index, x.replicas, x.version)))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let opts = || {
+        let o = GroupOptions::default()
+            .with_interval(INTERVAL)
+            .with_ownership(Ownership::Buckets { count: 64 })
+            .record_history_for_tests();
+        if barrier {
+            o
+        } else {
+            o.without_barrier_for_tests()
+        }
+    };
+    let mut notes = Vec::new();
+    let mut members = Vec::new();
+    for i in 0..6 {
+        members.push(join(&urls, &format!("m{i}"), opts()).await);
+    }
+    let t = until_settled(&members.iter().collect::<Vec<_>>(), 6, INTERVAL * 10).await;
+    notes.push(format!("6 members active after {}", ms(t)));
+    {
+        // I2: once stable, every task has exactly one owner, and indexes are dense.
+        let a: Vec<Assignment> = members.iter().map(|m| m.assignment().unwrap()).collect();
+        let idx: BTreeSet<u32> = a.iter().map(|x| x.index).collect();
+        assert_eq!(idx, (0..6).collect(), "dense indexes 0..5");
+        for task in 0..TASKS {
+            assert_eq!(
+                a.iter().filter(|x| x.owns(task)).count(),
+                1,
+                "task {task} must have exactly one owner"
+            );
+        }
+    }
+
+    // A minority of Redis nodes fails for the next two changes.
+    cluster.node(2).kill().await;
+
+    // A join: active within two intervals (I3).
+    let t0 = Instant::now();
+    members.push(join(&urls, "m6", opts()).await);
+    let t = until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
+    notes.push(format!(
+        "join active after {} ({:.2} intervals)",
+        ms(t0.elapsed()),
+        t.as_secs_f64() / INTERVAL.as_secs_f64()
+    ));
+    if barrier {
+        assert!(
+            t0.elapsed() <= INTERVAL * 2,
+            "a join must be active within 2 intervals: {}",
+            ms(t0.elapsed())
+        );
+    }
+
+    // A graceful leave.
+    let t0 = Instant::now();
+    let leaving = members.remove(0);
+    let left_history = (
+        "m0".to_string(),
+        leaving.leave_with_history_for_tests().await,
+    );
+    until_settled(&members.iter().collect::<Vec<_>>(), 6, INTERVAL * 10).await;
+    notes.push(format!("leave active after {}", ms(t0.elapsed())));
+
+    cluster.node(2).restart().await;
+
+    // A crash (no leave: its lease must expire).
+    let t0 = Instant::now();
+    let crashed = members.remove(0);
+    let crashed_history = ("m1".to_string(), crashed.history_for_tests());
+    crashed.crash_for_tests();
+    until_settled(&members.iter().collect::<Vec<_>>(), 5, INTERVAL * 10).await;
+    let crash_t = t0.elapsed();
+    notes.push(format!(
+        "crash active after {} ({:.2} intervals)",
+        ms(crash_t),
+        crash_t.as_secs_f64() / INTERVAL.as_secs_f64()
+    ));
+    if barrier {
+        assert!(
+            crash_t <= INTERVAL * 2 + Duration::from_millis(100),
+            "after a crash the new view must be active within 2 intervals: {}",
+            ms(crash_t)
+        );
+    }
+
+    // Two more joins at once, then stable.
+    members.push(join(&urls, "m7", opts()).await);
+    members.push(join(&urls, "m8", opts()).await);
+    until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
+    tokio::time::sleep(INTERVAL).await;
+    let end = Instant::now();
+    let mut histories: Vec<(String, History)> = members
+        .iter()
+        .map(|m| (m.id().to_string(), m.history_for_tests()))
+        .collect();
+    histories.push(left_history);
+    histories.push(crashed_history);
+    let verdict = check_single_owner(&histories, end);
+    for m in members {
+        m.leave().await;
+    }
+    (verdict, notes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_leaves_and_crashes_never_give_a_task_two_owners() {
+    init_tracing();
+    let (verdict, notes) = scenario(true).await;
+    for n in &notes {
+        println!("{n}");
+    }
+    verdict.unwrap_or_else(|e| panic!("checker (I1): {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_transition_barrier_the_checker_finds_a_double_owner() {
+    init_tracing();
+    let (verdict, notes) = scenario(false).await;
+    println!("{notes:?}\nchecker with the barrier off: {verdict:?}");
+    assert!(
+        verdict.is_err(),
+        "without the barrier some task must have two owners at once"
+    );
+}
