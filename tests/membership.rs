@@ -198,6 +198,10 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
         );
     }
 
+    // A member freezes across interval boundaries, longer than its lease, then resumes.
+    members[0].freeze_for_tests(INTERVAL * 3);
+    tokio::time::sleep(INTERVAL * 4).await;
+
     // Two more joins at once, then stable.
     members.push(join(&urls, "m7", opts()).await);
     members.push(join(&urls, "m8", opts()).await);

@@ -51,6 +51,25 @@ enum Command {
     /// Fenced leases.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// Fenced peer indexing.
+    #[command(subcommand)]
+    Index(IndexCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum IndexCommand {
+    /// Join GROUP and print one line per assignment change:
+    /// `version=<v> index=<i> replicas=<n> state=<prepare|active>`. Leaves on SIGINT/SIGTERM.
+    Watch {
+        /// The group name.
+        group: String,
+        /// Heartbeat interval.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        interval: Duration,
+        /// This instance's ID (default: hostname-pid).
+        #[arg(long)]
+        id: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -136,6 +155,11 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Index(IndexCommand::Watch {
+            group,
+            interval,
+            id,
+        }) => index_watch(&client, &group, interval, id).await,
         Command::Lock(LockCommand::Run {
             name,
             ttl,
@@ -321,4 +345,70 @@ async fn lock_run(
             Ok(ExitCode::from(130))
         }
     }
+}
+
+/// `index watch`: join the group, print every adopted view this instance belongs to, leave on
+/// SIGINT/SIGTERM.
+async fn index_watch(
+    client: &Client,
+    group: &str,
+    interval: Duration,
+    id: Option<String>,
+) -> Result<ExitCode, redquorum::Error> {
+    use redquorum::membership::{GroupOptions, Member, ViewState};
+    use std::io::Write;
+
+    let id = id.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "host".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let member = Member::join(
+        client,
+        group,
+        &id,
+        GroupOptions::default().with_interval(interval),
+    )
+    .await?;
+    let mut views = member.views();
+    let mut last: Option<String> = None;
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        let line = views.borrow_and_update().as_ref().and_then(|v| {
+            let index = v.index_of(&id)?;
+            let token = v.version.token()?;
+            let state = match v.state {
+                ViewState::Prepare => "prepare",
+                ViewState::Active => "active",
+            };
+            Some(format!(
+                "version={token} index={index} replicas={} state={state}",
+                v.replicas()
+            ))
+        });
+        if let Some(line) = line {
+            if last.as_deref() != Some(line.as_str()) {
+                println!("{line}");
+                let _ = std::io::stdout().flush();
+                last = Some(line);
+            }
+        }
+        let term = async {
+            match sigterm.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            changed = views.changed() => if changed.is_err() { break },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term => break,
+        }
+    }
+    member.leave().await;
+    Ok(ExitCode::SUCCESS)
 }

@@ -377,3 +377,90 @@ async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
         "the grandchild (pid {pid}) must have been killed with the process group"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let spawn = |id: &str| {
+        tokio::process::Command::new(BIN)
+            .args([
+                "--nodes",
+                &nodes,
+                "index",
+                "watch",
+                "workers",
+                "--interval",
+                "300ms",
+                "--id",
+                id,
+            ])
+            .env_remove("REDQUORUM_NODES")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut a = spawn("a");
+    let mut lines_a = BufReader::new(a.stdout.take().unwrap()).lines();
+    let mut b = spawn("b");
+    let mut lines_b = BufReader::new(b.stdout.take().unwrap()).lines();
+    let pattern = |l: &str| {
+        let parts: Vec<&str> = l.split(' ').collect();
+        parts.len() == 4
+            && parts[0]
+                .strip_prefix("version=")
+                .is_some_and(|v| v.parse::<u64>().is_ok())
+            && parts[1]
+                .strip_prefix("index=")
+                .is_some_and(|v| v.parse::<u32>().is_ok())
+            && parts[2]
+                .strip_prefix("replicas=")
+                .is_some_and(|v| v.parse::<u32>().is_ok())
+            && (parts[3] == "state=prepare" || parts[3] == "state=active")
+    };
+    async fn until(
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+        want: &str,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let line = tokio::time::timeout(
+                deadline.saturating_duration_since(Instant::now()),
+                lines.next_line(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("no line with {want} within 10 s"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stream ended before {want}"));
+            assert!(ok(&line), "malformed line: {line:?}");
+            if line.contains(want) {
+                return line;
+            }
+        }
+    }
+    let la = until(&mut lines_a, "replicas=2 state=active", pattern).await;
+    let lb = until(&mut lines_b, "replicas=2 state=active", pattern).await;
+    assert_ne!(
+        la.split(' ').nth(1),
+        lb.split(' ').nth(1),
+        "two members get different indexes: {la} / {lb}"
+    );
+
+    // b leaves on SIGTERM; a sees the group shrink to one.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), b.wait())
+        .await
+        .expect("b exits on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "b leaves cleanly: {status:?}");
+    let la = until(&mut lines_a, "replicas=1 state=active", pattern).await;
+    assert!(la.contains("index=0"), "{la}");
+    let _ = a.kill().await;
+}

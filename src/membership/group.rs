@@ -179,6 +179,7 @@ struct Shared {
     leadership: Mutex<Option<Leadership>>,
     view_changes: watch::Sender<Option<View>>,
     history: Mutex<Vec<(Instant, Option<Assignment>)>>,
+    frozen_until: Mutex<Option<Instant>>,
 }
 
 impl Member {
@@ -225,6 +226,7 @@ impl Member {
             leadership: Mutex::new(None),
             view_changes,
             history: Mutex::new(Vec::new()),
+            frozen_until: Mutex::new(None),
         });
         let stop = CancellationToken::new();
         let task = tokio::spawn(run(shared.clone(), stop.clone()));
@@ -283,6 +285,17 @@ impl Member {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+
+    /// TEST ONLY: freeze this member for `d` (no beats, no reads, nothing published), as if
+    /// its process were stopped; it resumes on its own.
+    #[doc(hidden)]
+    pub fn freeze_for_tests(&self, d: Duration) {
+        *self
+            .shared
+            .frozen_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + d);
     }
 
     /// TEST ONLY: [`leave`](Self::leave), then return the complete history.
@@ -359,6 +372,13 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     };
 
     loop {
+        let frozen = *shared
+            .frozen_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(until) = frozen {
+            tokio::time::sleep_until(until).await;
+        }
         let now = Instant::now();
         if now >= next_beat {
             if beat(&shared, lease, false).await {
