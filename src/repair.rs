@@ -8,8 +8,9 @@
 //! client saw when it connected; the client quarantines a node whose marker is missing or
 //! names another run_id (it lost data, or restarted since it was verified).
 //!
-//! Repair raises every monotonic register on the node to the largest value read from a
-//! majority of the *other* nodes that hold a marker, then writes the marker. Why that is
+//! Repair raises every monotonic register on the node (ID sequences, lock fences, group views)
+//! to the largest value read from a majority of the *other* nodes that hold a marker, then
+//! writes the marker. Why that is
 //! enough: any set M that accepted a value is a majority; M minus the repaired node has
 //! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
 //! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
@@ -34,11 +35,14 @@ use crate::client::{Client, NodeConn, Targets};
 use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::RAISE;
+use crate::scripts::{RAISE, VIEW_WRITE};
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
 /// names never reach a SCAN pattern.
 const MONOTONIC_PATTERNS: &[&str] = &["rq:id:*", "rq:fence:*", "rq:gfence:*"];
+
+/// Key pattern of the group view registers (hashes: token, view), raised by version.
+const VIEW_PATTERN: &str = "rq:view:*";
 
 /// What one node holds: its marker and every monotonic register.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +50,8 @@ struct Holdings {
     run_id: String,
     marker: Option<String>,
     registers: BTreeMap<String, u64>,
+    /// Group view registers: key -> (version token, view JSON).
+    views: BTreeMap<String, (u64, String)>,
 }
 
 /// How a repair attempt ended.
@@ -180,6 +186,15 @@ impl Client {
                 }
             }
             let pairs: Vec<(String, u64)> = target.into_iter().collect();
+            let mut best_views: BTreeMap<String, (u64, String)> = BTreeMap::new();
+            for h in &sources {
+                for (k, (t, v)) in &h.views {
+                    if best_views.get(k).is_none_or(|(bt, _)| t > bt) {
+                        best_views.insert(k.clone(), (*t, v.clone()));
+                    }
+                }
+            }
+            let views: Vec<(String, (u64, String))> = best_views.into_iter().collect();
             let run_id2 = run_id.clone();
             let write = self
                 .fan_out_raw(
@@ -188,9 +203,9 @@ impl Client {
                     Targets::Only(i),
                     deadline,
                     move |nc: NodeConn| {
-                        let pairs = pairs.clone();
+                        let (pairs, views) = (pairs.clone(), views.clone());
                         let run_id = run_id2.clone();
-                        async move { raise_and_mark(nc, &pairs, &run_id).await }
+                        async move { raise_and_mark(nc, &pairs, &views, &run_id).await }
                     },
                 )
                 .await;
@@ -253,6 +268,7 @@ async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
             .query_async(&mut nc.conn)
             .await?,
         registers: BTreeMap::new(),
+        views: BTreeMap::new(),
     };
     for pattern in MONOTONIC_PATTERNS {
         debug_assert!(pattern.starts_with(KEY_PREFIX));
@@ -283,6 +299,33 @@ async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
             cursor = next;
         }
     }
+    // Group view registers are hashes {token, view}: keep each key's pair.
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(VIEW_PATTERN)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut nc.conn)
+            .await?;
+        for key in keys {
+            let (token, view): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("token")
+                .arg("view")
+                .query_async(&mut nc.conn)
+                .await?;
+            if let (Some(token), Some(view)) = (token, view) {
+                h.views.insert(key, (token, view));
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
     Ok(h)
 }
 
@@ -292,6 +335,7 @@ async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
 async fn raise_and_mark(
     mut nc: NodeConn,
     pairs: &[(String, u64)],
+    views: &[(String, (u64, String))],
     run_id: &str,
 ) -> redis::RedisResult<NodeOutcome<usize>> {
     if &*nc.marker != run_id {
@@ -304,6 +348,19 @@ async fn raise_and_mark(
             inv.key(k).arg(*v);
         }
         raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
+    }
+    for (key, (token, view)) in views {
+        // The view register's own set-if-greater, without the marker check: the node is
+        // being repaired precisely because its marker is missing or stale.
+        let (stored, _): (i64, u64) = VIEW_WRITE
+            .key(key)
+            .key(fixed_key(KeyKind::Marker))
+            .arg(*token)
+            .arg(view)
+            .arg("*")
+            .invoke_async(&mut nc.conn)
+            .await?;
+        raised += usize::from(stored == 1);
     }
     let _: () = redis::cmd("SET")
         .arg(fixed_key(KeyKind::Marker))
