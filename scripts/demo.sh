@@ -42,3 +42,14 @@ for example in examples/*.rs; do
     cargo run -q --example "$name"
     echo
 done
+
+echo "== redquorum index watch: two instances join a group, one leaves =="
+./target/debug/redquorum index watch demo-workers --interval 500ms --id alpha > /tmp/redquorum-demo-alpha.txt &
+alpha=$!
+sleep 1
+timeout -s TERM 2 ./target/debug/redquorum index watch demo-workers --interval 500ms --id beta || true
+sleep 1.5
+kill -TERM "$alpha" 2>/dev/null || true
+wait "$alpha" 2>/dev/null || true
+echo "alpha saw:"
+sed 's/^/  /' /tmp/redquorum-demo-alpha.txt

@@ -214,6 +214,23 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
     members.push(join(&urls, "m8", opts()).await);
     until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
     tokio::time::sleep(INTERVAL).await;
+    if barrier {
+        // I2 again after all the churn: stable membership, exactly one owner per task.
+        until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
+        let a: Vec<Assignment> = members.iter().filter_map(|m| m.assignment()).collect();
+        assert_eq!(
+            a.len(),
+            members.len(),
+            "every stable member has an assignment"
+        );
+        for task in 0..TASKS {
+            assert_eq!(
+                a.iter().filter(|x| x.owns(task)).count(),
+                1,
+                "task {task} must have exactly one owner once stable"
+            );
+        }
+    }
     let end = Instant::now();
     let mut histories: Vec<(String, History)> = members
         .iter()

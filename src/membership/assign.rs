@@ -43,7 +43,8 @@ impl ViewVersion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ViewState {
-    /// Sealed; old members are draining. Nobody takes tasks whose owner changes.
+    /// Sealed; old members are draining. A member keeps only the tasks it owns under both the
+    /// last active view and this one; nobody takes a task whose owner changes.
     Prepare,
     /// Every old member drained (or its lease expired): tasks are taken under this view.
     Active,
@@ -76,6 +77,10 @@ pub struct View {
     /// before this view may become active.
     #[serde(default)]
     pub draining: BTreeSet<String>,
+    /// The last active view's members and indexes (what `draining` worked under). While this
+    /// view is prepared, a member keeps exactly the tasks it owns under both.
+    #[serde(default)]
+    pub previous: BTreeMap<String, u32>,
 }
 
 impl View {
@@ -86,6 +91,18 @@ impl View {
             state: ViewState::Active,
             members: BTreeMap::new(),
             draining: BTreeSet::new(),
+            previous: BTreeMap::new(),
+        }
+    }
+
+    /// The last active view this prepared view replaces (empty for an active view).
+    pub fn previous_view(&self) -> View {
+        View {
+            version: ViewVersion::default(),
+            state: ViewState::Active,
+            members: self.previous.clone(),
+            draining: BTreeSet::new(),
+            previous: BTreeMap::new(),
         }
     }
 
@@ -108,15 +125,16 @@ impl View {
         };
         // Whoever took tasks last is whoever was in the last ACTIVE view: a prepared view that
         // never became active handed out nothing.
-        let draining = match self.state {
-            ViewState::Active => self.members.keys().cloned().collect(),
-            ViewState::Prepare => self.draining.clone(),
+        let previous = match self.state {
+            ViewState::Active => self.members.clone(),
+            ViewState::Prepare => self.previous.clone(),
         };
         View {
             version: ViewVersion { term, seq },
             state: ViewState::Prepare,
             members: sticky_indexes(&self.members, members),
-            draining,
+            draining: previous.keys().cloned().collect(),
+            previous,
         }
     }
 
@@ -132,6 +150,7 @@ impl View {
             state: ViewState::Active,
             members: self.members.clone(),
             draining: BTreeSet::new(),
+            previous: BTreeMap::new(),
         }
     }
 

@@ -9,8 +9,9 @@
 //! readers take the highest version from a majority and write it back to a majority before
 //! adopting it, so no two instances adopt views in opposite orders.
 //!
-//! A member owns tasks only under an **active** view that contains it, and only while its own
-//! membership lease is valid on its monotonic clock; its assignment carries the view version as
+//! A member owns tasks under an **active** view that contains it (and, while a new view is
+//! prepared, only the tasks both views give it), and only while its own membership lease is
+//! valid on its monotonic clock; its assignment carries the view version as
 //! a fencing token, so a stale owner's writes are rejected by the resource guards.
 
 use std::collections::BTreeSet;
@@ -120,32 +121,36 @@ pub struct Assignment {
     pub version: ViewVersion,
     /// The version as a fencing token: pass it with every write of a task's effects.
     pub token: FencingToken,
-    /// Always [`ViewState::Active`] for a published assignment.
+    /// [`ViewState::Active`]: owns what the view gives it. [`ViewState::Prepare`]: a
+    /// transition is draining; owns only the tasks the last active view and the new one both
+    /// give it.
     pub state: ViewState,
     /// Ownership ends here unless the membership lease is refreshed (monotonic clock).
     pub valid_until: Instant,
     view: Arc<View>,
+    /// For a prepared view: the last active view (a task must be ours under both).
+    previous: Option<Arc<View>>,
     member: Arc<str>,
     ownership: Ownership,
 }
 
 impl Assignment {
-    /// Whether this assignment gives task `task_id` to this member (ignoring time).
+    /// Whether this assignment gives task `task_id` to this member (ignoring time): under an
+    /// active view, when the view says so; under a prepared one, only when both it and the last
+    /// active view say so (tasks whose owner changes are held by nobody until activation).
     #[doc(hidden)]
     pub fn covers(&self, task_id: u64) -> bool {
-        self.view
-            .owner(&task_id.to_le_bytes(), task_id, self.ownership)
-            == Some(&*self.member)
+        let key = task_id.to_le_bytes();
+        let mine = |v: &View| v.owner(&key, task_id, self.ownership) == Some(&*self.member);
+        match self.state {
+            ViewState::Active => mine(&self.view),
+            ViewState::Prepare => mine(&self.view) && self.previous.as_deref().is_some_and(mine),
+        }
     }
 
     /// Whether this member owns task `task_id` now (false once `valid_until` has passed).
     pub fn owns(&self, task_id: u64) -> bool {
-        Instant::now() < self.valid_until
-            && self.state == ViewState::Active
-            && self
-                .view
-                .owner(&task_id.to_le_bytes(), task_id, self.ownership)
-                == Some(&*self.member)
+        Instant::now() < self.valid_until && self.covers(task_id)
     }
 }
 
@@ -406,12 +411,39 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                     false
                 }
             });
-            // Drain and acknowledge a prepared view that takes over from one we worked under.
+            let assignment = match (
+                &view.state,
+                view.index_of(&shared.id),
+                lease_valid_until,
+                view.version.token(),
+            ) {
+                (state, Some(index), Some(valid_until), Some(token))
+                    if Instant::now() < valid_until
+                        && (*state == ViewState::Active || view.draining.contains(&*shared.id)) =>
+                {
+                    Some(Assignment {
+                        index,
+                        replicas: view.replicas(),
+                        version: view.version,
+                        token,
+                        state: *state,
+                        valid_until,
+                        view: Arc::new(view.clone()),
+                        previous: (*state == ViewState::Prepare)
+                            .then(|| Arc::new(view.previous_view())),
+                        member: shared.id.clone(),
+                        ownership: shared.opts.ownership,
+                    })
+                }
+                _ => None,
+            };
+            // Drain and acknowledge a prepared view that takes over from one we worked under:
+            // first narrow what we own to the tasks we keep, then let the user drain the rest.
             if view.state == ViewState::Prepare
                 && view.draining.contains(&*shared.id)
                 && acked != Some(view.version)
             {
-                publish(&shared, None);
+                publish(&shared, assignment.clone());
                 if let (Some(hook), Some(old)) = (shared.opts.drain.clone(), last_active.take()) {
                     let _ = tokio::time::timeout(shared.opts.drain_timeout, hook(old)).await;
                 }
@@ -419,30 +451,10 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                     acked = Some(view.version);
                 }
             }
-            let assignment = match (
-                &view.state,
-                view.index_of(&shared.id),
-                lease_valid_until,
-                view.version.token(),
-            ) {
-                (ViewState::Active, Some(index), Some(valid_until), Some(token))
-                    if Instant::now() < valid_until =>
-                {
-                    Some(Assignment {
-                        index,
-                        replicas: view.replicas(),
-                        version: view.version,
-                        token,
-                        state: ViewState::Active,
-                        valid_until,
-                        view: Arc::new(view.clone()),
-                        member: shared.id.clone(),
-                        ownership: shared.opts.ownership,
-                    })
-                }
-                _ => None,
-            };
-            if assignment.is_some() {
+            if assignment
+                .as_ref()
+                .is_some_and(|a| a.state == ViewState::Active)
+            {
                 last_active = assignment.clone();
             }
             publish(&shared, assignment);
