@@ -307,6 +307,9 @@ impl Generator {
         let mut contended = 0u32;
         let mut no_quorum = 0u32;
         let mut backoff = Duration::ZERO;
+        // Whether any round so far may have been applied somewhere (a lost reply): then the
+        // call's outcome is unknown even if its last round never reached those nodes.
+        let mut maybe_applied = false;
         loop {
             let round_started = Instant::now();
             // Reserve the block under the lock: a round sent concurrently proposes above it.
@@ -342,6 +345,11 @@ impl Generator {
                 (base, last)
             };
             let tally = self.propose(base, last).await;
+            maybe_applied |= tally.applied() > 0
+                || tally
+                    .results()
+                    .iter()
+                    .any(|r| matches!(&r.outcome, NodeOutcome::Unknown(c) if c.may_have_applied()));
             for (node, reply) in tally.replies() {
                 if matches!(reply, Reply::Refused { .. }) {
                     self.client.suspect(node.0);
@@ -368,13 +376,10 @@ impl Generator {
                     .iter()
                     .any(|r| matches!(&r.outcome, NodeOutcome::Unknown(c) if c.may_have_applied()));
                 if timed_out || (no_quorum >= NO_QUORUM_ROUNDS && !only_slow) {
-                    return Err(NoQuorum::from_tally(
-                        "id.next",
-                        &tally,
-                        self.client.node_urls(),
-                        describe,
-                    )
-                    .into());
+                    let mut q =
+                        NoQuorum::from_tally("id.next", &tally, self.client.node_urls(), describe);
+                    q.maybe_applied_somewhere |= maybe_applied;
+                    return Err(q.into());
                 }
             } else {
                 contended += 1;
