@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "test: installing Debian's redis-server (source of the node image)"
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "test: installing Debian's redis-server and redis-tools (node image source; redis-cli for CLI tests)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
 fi
 scripts/build-redis-image.sh
 

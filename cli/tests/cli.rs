@@ -464,3 +464,106 @@ async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
     assert!(la.contains("index=0"), "{la}");
     let _ = a.kill().await;
 }
+
+/// The fencing scenario with a REAL paused holder: `redquorum lock run` holds the lock and its
+/// command writes to a resource after a delay; the holder process is frozen (SIGSTOP) past its
+/// TTL, another client takes the lock and writes with a larger token; the frozen holder's
+/// command then writes with its old token. Returns the resource's final value.
+async fn frozen_process_scenario(fenced: bool) -> (String, u64, u64) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let cluster = Cluster::start(3).await;
+    let resource = Cluster::start(1).await;
+    let port = resource.node(0).host_port();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fenced_set.lua");
+    std::fs::write(&script, redquorum::FENCED_SET_LUA).unwrap();
+    let token_file = dir.path().join("token");
+    let write = if fenced {
+        format!("redis-cli -p {port} --eval {} balance balance:fence , $REDQUORUM_FENCING_TOKEN 'written by A'", script.display())
+    } else {
+        format!("redis-cli -p {port} SET balance 'written by A'")
+    };
+    let cmd = format!(
+        "echo $REDQUORUM_FENCING_TOKEN > {}; sleep 2.5; {write}",
+        token_file.display()
+    );
+    let nodes = cluster.urls().join(",");
+    let mut holder = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "lock", "run", "account", "--ttl", "1s", "--", "sh", "-c", &cmd,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .spawn()
+        .unwrap();
+    while !token_file.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let token_a: u64 = loop {
+        if let Ok(t) = std::fs::read_to_string(&token_file)
+            .unwrap_or_default()
+            .trim()
+            .parse()
+        {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Freeze the holder process (not its command): it can neither extend nor stop the command.
+    let pid = Pid::from_raw(holder.id().unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+
+    // Another client takes the lock once A's lease expired, and writes with its token.
+    let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
+        .await
+        .unwrap();
+    let b = redquorum::Lock::new(&client, "account", Duration::from_secs(10))
+        .unwrap()
+        .acquire(Duration::from_secs(5))
+        .await
+        .expect("B acquires after A's TTL");
+    let token_b = b.token().get();
+    let mut res = resource.node(0).direct_connection().await;
+    let applied = redquorum::fencing::fenced_set(
+        &mut res,
+        "balance",
+        "balance:fence",
+        b.token(),
+        b"written by B",
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied, redquorum::fencing::FencedWrite::Applied);
+
+    // A's command wakes up and writes with its old token while A is still frozen.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), holder.wait()).await;
+    let value: String = redis::cmd("GET")
+        .arg("balance")
+        .query_async(&mut res)
+        .await
+        .unwrap();
+    b.release().await.unwrap();
+    (value, token_a, token_b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_really_frozen_holders_late_write_is_rejected_by_its_token() {
+    let (value, a, b) = frozen_process_scenario(true).await;
+    println!("A token {a}, B token {b}, final value {value:?}");
+    assert!(b > a, "the new holder's token is larger");
+    assert_eq!(
+        value, "written by B",
+        "the frozen holder's stale write must be rejected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fencing_a_really_frozen_holders_late_write_lands() {
+    let (value, _, _) = frozen_process_scenario(false).await;
+    assert_eq!(
+        value, "written by A",
+        "without fencing the stale write is accepted: the checker would fail"
+    );
+}
