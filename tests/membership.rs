@@ -11,7 +11,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{init_tracing, ms};
-use redquorum::membership::{Assignment, GroupOptions, Member, Ownership};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use redquorum::membership::{Assignment, Drain, DrainHook, GroupOptions, Member, Ownership};
 use redquorum::{Client, Config};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
@@ -117,10 +120,29 @@ async fn until_settled(members: &[&Member], replicas: u32, limit: Duration) -> D
 async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
     let cluster = Cluster::start(3).await;
     let urls = cluster.urls();
-    let opts = || {
+    // Every member drains through a hook that checks what it gives up and counts its calls.
+    let drains = Arc::new(AtomicUsize::new(0));
+    let kept_some = Arc::new(AtomicUsize::new(0));
+    let hook: DrainHook = {
+        let (drains, kept_some) = (drains.clone(), kept_some.clone());
+        Arc::new(move |d: Drain| {
+            drains.fetch_add(1, Ordering::SeqCst);
+            let owned = (0..TASKS).filter(|t| d.from.covers(*t)).count();
+            let given = (0..TASKS).filter(|t| d.gives_up(*t)).count();
+            if given < owned {
+                kept_some.fetch_add(1, Ordering::SeqCst);
+            }
+            Box::pin(async {})
+        })
+    };
+    // Members run up to a quarter interval out of phase (what client clock skew does to the
+    // seed's interval boundaries; this protocol reads no client wall clock at all).
+    let opts = |i: u32| {
         let o = GroupOptions::default()
             .with_interval(INTERVAL)
             .with_ownership(Ownership::Buckets { count: 64 })
+            .with_drain(Duration::from_millis(200), hook.clone())
+            .with_skew_for_tests(INTERVAL / 4 * (i % 5) / 4)
             .record_history_for_tests();
         if barrier {
             o
@@ -131,7 +153,7 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
     let mut notes = Vec::new();
     let mut members = Vec::new();
     for i in 0..6 {
-        members.push(join(&urls, &format!("m{i}"), opts()).await);
+        members.push(join(&urls, &format!("m{i}"), opts(i)).await);
     }
     let t = until_settled(&members.iter().collect::<Vec<_>>(), 6, INTERVAL * 10).await;
     notes.push(format!("6 members active after {}", ms(t)));
@@ -154,7 +176,7 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
 
     // A join: active within two intervals (I3).
     let t0 = Instant::now();
-    members.push(join(&urls, "m6", opts()).await);
+    members.push(join(&urls, "m6", opts(6)).await);
     let t = until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
     notes.push(format!(
         "join active after {} ({:.2} intervals)",
@@ -210,8 +232,8 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
     cluster.node(1).wipe_and_restart().await;
 
     // Two more joins at once, then stable.
-    members.push(join(&urls, "m7", opts()).await);
-    members.push(join(&urls, "m8", opts()).await);
+    members.push(join(&urls, "m7", opts(7)).await);
+    members.push(join(&urls, "m8", opts(8)).await);
     until_settled(&members.iter().collect::<Vec<_>>(), 7, INTERVAL * 10).await;
     tokio::time::sleep(INTERVAL).await;
     if barrier {
@@ -230,6 +252,21 @@ async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
                 "task {task} must have exactly one owner once stable"
             );
         }
+    }
+    if barrier {
+        assert!(
+            drains.load(Ordering::SeqCst) > 0,
+            "members drained through the hook"
+        );
+        assert!(
+            kept_some.load(Ordering::SeqCst) > 0,
+            "in bucket mode a drain gives up only the moving tasks"
+        );
+        notes.push(format!(
+            "{} drains, {} kept some tasks",
+            drains.load(Ordering::SeqCst),
+            kept_some.load(Ordering::SeqCst)
+        ));
     }
     let end = Instant::now();
     let mut histories: Vec<(String, History)> = members

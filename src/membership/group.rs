@@ -34,9 +34,27 @@ use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
 use crate::scripts::{MEMBERS_LIVE, MEMBER_BEAT, VIEW_WRITE};
 
-/// A user hook run when this member must drain: it receives the assignment it is giving up
-/// and must stop the affected work before it returns (bounded by the drain timeout).
-pub type DrainHook = Arc<dyn Fn(Assignment) -> BoxFuture<'static, ()> + Send + Sync>;
+/// A user hook run when this member must drain: it must stop the work on the tasks it gives
+/// up before it returns (bounded by the drain timeout). See [`Drain`].
+pub type DrainHook = Arc<dyn Fn(Drain) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// What a draining member gives up: tasks that [`from`](Drain::from) owns and
+/// [`keeps`](Drain::keeps) does not ([`Drain::gives_up`]).
+#[derive(Clone, Debug)]
+pub struct Drain {
+    /// The assignment this member worked under (the last active view).
+    pub from: Assignment,
+    /// The narrowed assignment it keeps while the new view is prepared (`None` if it keeps
+    /// nothing, e.g. it is not in the new view).
+    pub keeps: Option<Assignment>,
+}
+
+impl Drain {
+    /// Whether task `task_id` moves away from this member (so its work must stop now).
+    pub fn gives_up(&self, task_id: u64) -> bool {
+        self.from.covers(task_id) && !self.keeps.as_ref().is_some_and(|k| k.covers(task_id))
+    }
+}
 
 /// Options of a group member.
 #[derive(Clone)]
@@ -47,6 +65,7 @@ pub struct GroupOptions {
     drain: Option<DrainHook>,
     barrier: bool,
     record_history: bool,
+    skew: Option<Duration>,
 }
 
 impl std::fmt::Debug for GroupOptions {
@@ -68,6 +87,7 @@ impl Default for GroupOptions {
             drain: None,
             barrier: true,
             record_history: false,
+            skew: None,
         }
     }
 }
@@ -90,6 +110,14 @@ impl GroupOptions {
     pub fn with_drain(mut self, timeout: Duration, hook: DrainHook) -> Self {
         self.drain = Some(hook);
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// TEST ONLY: use this phase offset instead of the random constant skew (to run members
+    /// up to a quarter interval out of phase, as client clock skew would put them).
+    #[doc(hidden)]
+    pub fn with_skew_for_tests(mut self, skew: Duration) -> Self {
+        self.skew = Some(skew);
         self
     }
 
@@ -351,7 +379,10 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     // lease is gone, and the view without it active, within two intervals.
     let lease = interval + interval / 4;
     // The seed's random constant skew, so members do not heartbeat in lockstep.
-    let mut skew_left = interval.mul_f64(rand::random::<f64>() / 2.0);
+    let mut skew_left = shared
+        .opts
+        .skew
+        .unwrap_or_else(|| interval.mul_f64(rand::random::<f64>() / 2.0));
     let mut next_beat = Instant::now();
     let mut lease_valid_until: Option<Instant> = None;
     let mut acked: Option<ViewVersion> = None;
@@ -444,8 +475,12 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 && acked != Some(view.version)
             {
                 publish(&shared, assignment.clone());
-                if let (Some(hook), Some(old)) = (shared.opts.drain.clone(), last_active.take()) {
-                    let _ = tokio::time::timeout(shared.opts.drain_timeout, hook(old)).await;
+                if let (Some(hook), Some(from)) = (shared.opts.drain.clone(), last_active.take()) {
+                    let drain = Drain {
+                        from,
+                        keeps: assignment.clone(),
+                    };
+                    let _ = tokio::time::timeout(shared.opts.drain_timeout, hook(drain)).await;
                 }
                 if ack(&shared, view.version).await {
                     acked = Some(view.version);

@@ -11,4 +11,4 @@ pub mod assign;
 pub mod group;
 
 pub use assign::{Ownership, View, ViewState, ViewVersion};
-pub use group::{Assignment, DrainHook, GroupOptions, Member};
+pub use group::{Assignment, Drain, DrainHook, GroupOptions, Member};
