@@ -147,7 +147,9 @@ impl Client {
         let Some(run_id) = probe.run_id.clone() else {
             return RepairOutcome::Deferred("the node reports no run_id".into());
         };
-        tracing::warn!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
+        // A node without a marker is normal once, in a new cluster: say so quietly here; the
+        // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
+        tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
 
         let deadline = Some(inner.config.operation_timeout);
         let tally = self
