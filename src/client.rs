@@ -234,14 +234,13 @@ impl Client {
     /// Build node `i`'s report from its latest probe.
     fn report(&self, i: usize) -> NodeReport {
         let inner = &self.inner;
-        let max_age = inner.config.recheck_interval;
-        let snapshots: Vec<_> = inner.nodes.iter().map(|n| n.snapshot(max_age)).collect();
+        let snapshots: Vec<_> = inner.nodes.iter().map(|n| n.snapshot()).collect();
         let run_ids: Vec<Option<&str>> = snapshots
             .iter()
-            .map(|(p, _, _)| p.as_ref().and_then(|p| p.run_id.as_deref()))
+            .map(|(p, _)| p.as_ref().and_then(|p| p.run_id.as_deref()))
             .collect();
         let duplicates = duplicate_servers(&run_ids);
-        let (probe, restarted_from, _) = snapshots.get(i).cloned().unwrap_or((None, None, true));
+        let (probe, restarted_from) = snapshots.get(i).cloned().unwrap_or((None, None));
         let mut findings = match &probe {
             Some(p) => p.findings(
                 inner.config.attest_fsync_always,

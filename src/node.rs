@@ -256,12 +256,11 @@ impl Node {
         }
     }
 
-    /// The latest probe, when the node was restarted since the one before, and whether it
-    /// is older than `max_age`.
-    pub(crate) fn snapshot(&self, max_age: Duration) -> (Option<Probe>, Option<String>, bool) {
+    /// The latest probe, and the run_id seen before it when the node was restarted.
+    /// (Staleness is [`probe_is_stale`](Self::probe_is_stale).)
+    pub(crate) fn snapshot(&self) -> (Option<Probe>, Option<String>) {
         let st = self.state();
-        let stale = st.probed_at.is_none_or(|t| t.elapsed() > max_age);
-        (st.probe.clone(), st.restarted_from.clone(), stale)
+        (st.probe.clone(), st.restarted_from.clone())
     }
 
     /// Claim the right to run a background re-probe; false if one is already running.

@@ -73,7 +73,7 @@ impl Client {
         if !self.inner.config.amnesia_protection {
             return None;
         }
-        let (probe, _, _) = self.inner.nodes.get(i)?.snapshot(Duration::MAX);
+        let (probe, _) = self.inner.nodes.get(i)?.snapshot();
         probe?.quarantine_reason()
     }
 
