@@ -36,6 +36,8 @@ impl Targets {
 
 /// One node's connection, handed to a quorum operation's per-node step.
 pub(crate) struct NodeConn {
+    /// The node's position in the configuration.
+    pub(crate) node: usize,
     pub(crate) conn: MultiplexedConnection,
     /// The marker value this node must hold for its vote to count (its run_id), or `*` when
     /// amnesia protection is off.
@@ -498,6 +500,7 @@ impl Client {
                 "*".into()
             };
             let conn = NodeConn {
+                node: node.id.0,
                 conn: lease.conn,
                 marker,
             };

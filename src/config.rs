@@ -231,6 +231,7 @@ pub struct Config {
     pub(crate) attest_fsync_always: bool,
     pub(crate) amnesia_protection: bool,
     pub(crate) quorum_override: Option<usize>,
+    pub(crate) server_clock_leases: bool,
 }
 
 /// Smallest duration accepted anywhere.
@@ -276,6 +277,7 @@ impl Config {
             attest_fsync_always: false,
             amnesia_protection: true,
             quorum_override: None,
+            server_clock_leases: false,
         })
     }
 
@@ -348,6 +350,16 @@ impl Config {
     #[doc(hidden)]
     pub fn with_unsafe_quorum_for_tests(mut self, needed: usize) -> Self {
         self.quorum_override = Some(needed);
+        self
+    }
+
+    /// TEST ONLY: let lease keys expire on the nodes' wall clocks again (Redis `PEXPIRE`), never
+    /// re-create a missing copy on extension, and do not restore lease keys in repair: the
+    /// classic Redlock behaviour, so a test can show the double holders that a node's clock
+    /// step or a lost copy causes with it. Never use it in production.
+    #[doc(hidden)]
+    pub fn with_server_clock_leases_for_tests(mut self) -> Self {
+        self.server_clock_leases = true;
         self
     }
 
@@ -440,6 +452,9 @@ impl Config {
             out.push(format!(
                 "quorum overridden to {q} of {n} (test-only switch): majorities may not intersect"
             ));
+        }
+        if self.server_clock_leases {
+            out.push("leases expire on the nodes' wall clocks (test-only switch): one node's clock step or lost copy can admit two holders".into());
         }
         if self.safety == SafetyMode::Permissive {
             out.push("permissive safety mode: unsafe nodes vote; no guarantee holds".into());

@@ -11,7 +11,9 @@
 //! Leadership alone never authorizes an unfenced side effect: write with the term
 //! ([`Leadership::term`]) and let the resource reject lower terms ([`crate::fencing`]).
 //! [`Election::leader`] and [`Election::observe`] report what a majority said at the time of
-//! reading; the answer may be stale by the time it is used.
+//! reading; the answer may be stale by the time it is used. No node clock ends a lease, so a
+//! leader that crashed is still reported until a campaigning candidate takes its lease over
+//! (within the TTL plus one poll when any candidate campaigns).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,13 +23,13 @@ pub(crate) enum KeyKind {
     Marker,
     /// A monotonic ID sequence's current maximum.
     Id,
-    /// A lease (lock) key: the holder's random value, with a TTL.
+    /// A lease (lock) key: a hash {v: holder value, n: version, t: ttl ms}; never expires.
     Lock,
     /// A lock's fence counter: the highest token granted with it (no TTL, one per lock).
     Fence,
     /// A periodic job's completion records (period -> token).
     Done,
-    /// A group's membership leases (sorted set: member -> expiry, server time in ms).
+    /// A group's beats (hash: member key -> beat sequence; no expiry).
     Members,
     /// A group's agreed view (hash: token, view).
     View,

@@ -34,6 +34,7 @@
 //! ```
 
 mod client;
+mod clock;
 mod config;
 mod election;
 mod error;
@@ -41,6 +42,7 @@ pub mod fencing;
 pub mod id;
 mod jobs;
 mod keys;
+pub mod lease;
 pub mod lock;
 pub mod membership;
 mod node;
@@ -56,6 +58,7 @@ pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::FencingToken;
 pub use id::IdGenerator;
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
+pub use lease::MAX_DRIFT_RATE;
 pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LossReason};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};

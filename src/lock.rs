@@ -1,26 +1,50 @@
 //! Fenced leases: Redlock over the quorum nodes, with a fencing token minted inside each
 //! acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
-//! lock.
+//! lock, and **no node clock in any decision**.
+//!
+//! # How a lease works
+//! A lock key on each node holds `(value, version, ttl)` and never expires on the node (a
+//! node's wall clock may step at any time; Redis expires keys on it). The holder's value is
+//! random per acquisition; every extension bumps the version. A client acquires
+//! - at once, when a majority of nodes has no key (the classic fast path), or
+//! - by **takeover**: after it has seen the same `(value, version)` on a node, of the same node
+//!   incarnation, unchanged for the stored TTL plus drift on **its own monotonic clock**, it
+//!   replaces exactly that state by compare-and-swap (see [`crate::lease`] for the argument).
+//!
+//! Extensions re-create the copy on a node that lacks it (it missed the grant, or lost its data
+//! and was repaired) unless a later acquisition was granted there, and repair restores lease
+//! keys, so a lease does not live on a bare majority for the rest of its life.
 //!
 //! # Guarantees
-//! Under the crate's assumptions (see the crate docs) and a bounded drift rate of the clients'
-//! monotonic clocks against the nodes' clocks (1 % of the TTL + 2 ms is subtracted):
+//! Under the crate's assumptions (see the crate docs), including: clients' monotonic clocks
+//! run within [`MAX_DRIFT_RATE`](crate::MAX_DRIFT_RATE) of real time; nodes' wall clocks may
+//! step at any time, forward or back:
 //! - **Fencing:** every granted [`FencingToken`] is greater than every token granted before it
 //!   for the same lock, on any client. The token is minted in the same atomic step that grants
 //!   the lease on each node, so a deposed holder cannot hold the newest token.
-//! - **Mutual exclusion within validity:** while a guard's [`valid_until`](LockGuard::valid_until)
-//!   is in the future, no other client holds a granted lease on the same lock.
+//! - **Mutual exclusion within validity:** while a guard's [`is_held`](LockGuard::is_held) is
+//!   true (its [`valid_until`](LockGuard::valid_until) is in the future on both the monotonic
+//!   and the boot clock, which counts host suspend), no other client holds a granted lease on
+//!   the same lock. Validity runs `TTL - (1 % + 2 ms)` from the send of the last acquisition or
+//!   extension a majority applied.
 //! - **Early loss signal:** [`LockGuard::lost`], the guard's
 //!   [`cancellation_token`](LockGuard::cancellation_token) and its [`status`](LockGuard::status)
 //!   channel report loss (conflict, no quorum, expiry, hold bound) no later than `valid_until`,
-//!   i.e. before another client can acquire, as long as this process is running.
-//! - Extension never re-creates an expired key; release deletes only this holder's key.
+//!   i.e. before another client can acquire, as long as this process is running and its async
+//!   runtime is not starved. [`LockGuard::is_held`] reads the clocks itself and is the
+//!   authority: check it before a side effect when the runtime may be busy.
+//! - Once loss was signalled, no extension succeeds; release deletes only this holder's key.
 //!
 //! # Not guaranteed
 //! - A process that pauses (GC, swap, SIGSTOP) past `valid_until` cannot notice anything while
 //!   paused. Mutual exclusion alone never authorizes a side effect: **check the token at the
 //!   resource** ([`crate::fencing`]).
 //! - Progress without a majority; fairness between waiters.
+//! - A lease abandoned by a crashed holder is taken over only by a client that watches it for
+//!   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
+//!   TTL plus one poll); [`Lock::try_acquire`] never waits, so on a fresh handle it cannot take
+//!   over an abandoned lease (the same handle remembers what it saw across calls).
+//! - Keys of abandoned locks stay on the nodes until a takeover or release removes them.
 //!
 //! # Timing advice
 //! Pick a TTL well above the worst pause you want to ride out without losing the lease, and
@@ -39,11 +63,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, NodeConn};
+use crate::clock::{self, Stamp};
 use crate::error::{Error, NoQuorum};
 use crate::fencing::FencingToken;
 use crate::keys::{fixed_key, KeyKind, Name};
+use crate::lease::{self, Ask, ExtendVerdict, KeyState, Plan, Seen, Watch};
 use crate::quorum::fanout::Wait;
-use crate::quorum::{NodeOutcome, Tally};
+use crate::quorum::{NodeOutcome, Tally, UnknownCause};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, VALUE_LIMIT};
 
 /// Shortest TTL accepted.
@@ -122,6 +148,16 @@ struct LockInner {
     min_validity: Duration,
     holder: String,
     known_fence: AtomicU64,
+    /// What this handle has seen on each node, and since when (see [`crate::lease`]).
+    watch: Mutex<Watch<KeyState>>,
+    /// TEST ONLY: keys expire on the nodes' clocks (the unsafe Redlock behaviour).
+    server_clock: bool,
+}
+
+impl LockInner {
+    fn watch(&self) -> std::sync::MutexGuard<'_, Watch<KeyState>> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl fmt::Debug for Lock {
@@ -133,22 +169,25 @@ impl fmt::Debug for Lock {
     }
 }
 
-/// One node's answer to an acquisition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Grant {
-    Granted,
-    Held { fence: u64 },
-    TokenLow { fence: u64 },
-    Refused { fence: u64 },
+/// One node's answer to an acquisition round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Grant {
+    status: GrantStatus,
+    /// The node's fence before the round.
+    fence: u64,
+    /// What the key held before the round, on which incarnation.
+    seen: Seen<KeyState>,
 }
 
-impl Grant {
-    fn fence(self) -> u64 {
-        match self {
-            Grant::Granted => 0,
-            Grant::Held { fence } | Grant::TokenLow { fence } | Grant::Refused { fence } => fence,
-        }
-    }
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GrantStatus {
+    Granted,
+    /// The key was not in the state asked for (or the round only read it).
+    NotAsExpected,
+    /// The key was as asked but the fence is at or above the proposed token.
+    TokenLow,
+    /// The node's marker is missing or stale: it may not vote.
+    Refused,
 }
 
 impl Lock {
@@ -194,6 +233,8 @@ impl Lock {
                 min_validity: ttl / 2,
                 holder: String::new(),
                 known_fence: AtomicU64::new(0),
+                watch: Mutex::new(Watch::new(client.node_urls().len())),
+                server_clock: client.config().server_clock_leases,
             }),
         })
     }
@@ -359,32 +400,52 @@ impl Lock {
 
     async fn attempt(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
-        for _ in 0..4 {
+        let needed = inner.client.majority().needed();
+        for _ in 0..6 {
             let token = inner.known_fence.load(Ordering::Acquire).saturating_add(1);
-            // Value = 128 random bits (fresh per round), the token, the holder description.
-            let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
             if token >= VALUE_LIMIT {
                 return Err(Error::Exhausted {
                     sequence: format!("fence of lock {}", inner.name.as_str()),
                     limit: VALUE_LIMIT,
                 });
             }
-            let start = Instant::now();
-            let tally = self.send_acquire(&value, token).await;
-            let highest = tally.replies().map(|(_, g)| g.fence()).max().unwrap_or(0);
+            // Value = 128 random bits (fresh per round), the token, the holder description.
+            let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
+            let stamp = Stamp::now();
+            let start = stamp.mono;
+            let asks = match lease::plan(&inner.watch(), needed, start) {
+                Plan::Attempt(asks) => asks,
+                // Not yet: refresh what the nodes hold (a holder that extends or releases
+                // shows it), and decide again.
+                Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
+            };
+            let only_reads = asks.iter().all(|a| *a == Ask::Read);
+            let tally = self.send_round(&value, token, asks).await;
+            let seen_at = Instant::now();
+            let highest = tally.replies().map(|(_, g)| g.fence).max().unwrap_or(0);
             inner.known_fence.fetch_max(
                 highest.max(if tally.applied() > 0 { token } else { 0 }),
                 Ordering::AcqRel,
             );
-            for (node, g) in tally.replies() {
-                if matches!(g, Grant::Refused { .. }) {
-                    inner.client.suspect(node.0);
+            {
+                let mut watch = inner.watch();
+                for r in tally.results() {
+                    match &r.outcome {
+                        NodeOutcome::Applied(_) => watch.forget(r.node.0),
+                        NodeOutcome::Rejected(g) => match g.status {
+                            GrantStatus::Refused => {
+                                watch.forget(r.node.0);
+                                inner.client.suspect(r.node.0);
+                            }
+                            _ => watch.observe(r.node.0, g.seen.clone(), seen_at),
+                        },
+                        NodeOutcome::Unknown(_) => {}
+                    }
                 }
             }
             if tally.reached() {
-                let drift = inner.ttl / 100 + Duration::from_millis(2);
-                let valid_until = start + inner.ttl.saturating_sub(drift);
-                let left = valid_until.saturating_duration_since(Instant::now());
+                let until = stamp.after(lease::validity(inner.ttl));
+                let left = until.mono.saturating_duration_since(Instant::now());
                 if left < inner.min_validity {
                     self.release_value(&value).await;
                     return Err(Error::Timeout {
@@ -398,32 +459,41 @@ impl Lock {
                     value,
                     FencingToken::new(token),
                     start,
-                    valid_until,
+                    until,
                 ));
             }
-            // Not granted: undo partial grants everywhere, then decide why.
-            self.release_value(&value).await;
-            let held = tally
-                .replies()
-                .filter(|(_, g)| matches!(g, Grant::Held { .. }))
-                .count();
+            // Not granted: undo partial grants everywhere (also on nodes whose reply was not
+            // awaited: they may have granted), then decide why.
+            if !only_reads {
+                self.release_value(&value).await;
+            }
             let low = tally
                 .replies()
-                .filter(|(_, g)| matches!(g, Grant::TokenLow { .. }))
-                .count();
-            if held > 0 {
+                .any(|(_, g)| g.status == GrantStatus::TokenLow);
+            if low {
+                continue; // our token guess was behind: the next round proposes above it
+            }
+            if only_reads
+                && matches!(
+                    lease::plan(&inner.watch(), needed, Instant::now()),
+                    Plan::Attempt(_)
+                )
+            {
+                continue; // the fresh reading makes a round possible now
+            }
+            let held = tally
+                .replies()
+                .any(|(_, g)| matches!(g.seen.state, KeyState::Held { .. }));
+            if held || tally.replies().count() >= needed {
                 return Err(Error::LockHeld {
                     name: inner.name.as_str().to_string(),
                 });
-            }
-            if low > 0 {
-                continue; // our token guess was behind: the next round proposes above it
             }
             return Err(NoQuorum::from_tally(
                 "lock.acquire",
                 &tally,
                 inner.client.node_urls(),
-                |g| format!("{g:?}"),
+                |g| format!("{:?}", g.status),
             )
             .into());
         }
@@ -432,7 +502,9 @@ impl Lock {
         })
     }
 
-    async fn send_acquire(&self, value: &Arc<str>, token: u64) -> Tally<Grant> {
+    /// One acquisition round: to each node its ask (grant if free, swap a watched stale
+    /// key, or only read), decided as soon as a majority granted or cannot.
+    async fn send_round(&self, value: &Arc<str>, token: u64, asks: Vec<Ask>) -> Tally<Grant> {
         let inner = &self.inner;
         let keys: Arc<[String; 3]> = Arc::new([
             inner.key.clone(),
@@ -440,6 +512,8 @@ impl Lock {
             inner.marker_key.clone(),
         ]);
         let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
+        let asks: Arc<[Ask]> = asks.into();
+        let expiry = if inner.server_clock { "x" } else { "" };
         inner
             .client
             .fan_out_within(
@@ -447,23 +521,66 @@ impl Lock {
                 Wait::Decided,
                 inner.node_deadline,
                 move |mut nc: NodeConn| {
-                    let (keys, value) = (keys.clone(), value.clone());
+                    let (keys, value, asks) = (keys.clone(), value.clone(), asks.clone());
                     async move {
-                        let (status, fence): (i64, u64) = LOCK_ACQUIRE
+                        let ask = asks.get(nc.node).cloned().unwrap_or(Ask::Read);
+                        let (mode, marker, expected_value, expected_version) = match &ask {
+                            Ask::Read => ("read", nc.marker.clone(), Arc::<str>::from(""), 0),
+                            Ask::Swap(Seen {
+                                state: KeyState::Absent,
+                                ..
+                            }) => ("absent", nc.marker.clone(), "".into(), 0),
+                            Ask::Swap(Seen {
+                                run_id,
+                                state: KeyState::Held { value, version, .. },
+                            }) => ("swap", run_id.clone(), value.clone(), *version),
+                        };
+                        let (status, fence, cur_value, cur_version, cur_ttl): (
+                            i64,
+                            u64,
+                            String,
+                            u64,
+                            u64,
+                        ) = LOCK_ACQUIRE
                             .key(&keys[0])
                             .key(&keys[1])
                             .key(&keys[2])
                             .arg(&*value)
                             .arg(ttl_ms)
                             .arg(token)
-                            .arg(&*nc.marker)
+                            .arg(&*marker)
+                            .arg(mode)
+                            .arg(&*expected_value)
+                            .arg(expected_version)
+                            .arg(expiry)
                             .invoke_async(&mut nc.conn)
                             .await?;
-                        Ok(match status {
-                            1 => NodeOutcome::Applied(Grant::Granted),
-                            0 => NodeOutcome::Rejected(Grant::Held { fence }),
-                            -2 => NodeOutcome::Rejected(Grant::TokenLow { fence }),
-                            _ => NodeOutcome::Rejected(Grant::Refused { fence }),
+                        let state = if cur_value.is_empty() {
+                            KeyState::Absent
+                        } else {
+                            KeyState::Held {
+                                value: cur_value.into(),
+                                version: cur_version,
+                                ttl: Duration::from_millis(cur_ttl),
+                            }
+                        };
+                        let grant = Grant {
+                            status: match status {
+                                1 => GrantStatus::Granted,
+                                0 => GrantStatus::NotAsExpected,
+                                -2 => GrantStatus::TokenLow,
+                                _ => GrantStatus::Refused,
+                            },
+                            fence,
+                            seen: Seen {
+                                run_id: nc.marker.clone(),
+                                state,
+                            },
+                        };
+                        Ok(if status == 1 {
+                            NodeOutcome::Applied(grant)
+                        } else {
+                            NodeOutcome::Rejected(grant)
                         })
                     }
                 },
@@ -508,20 +625,25 @@ impl Lock {
         rx.await.unwrap_or(0)
     }
 
-    /// Compare-and-pexpire on every voting node. `Ok(new valid_until)` when a majority
-    /// extended within the current validity; `Err(true)` on conflict; `Err(false)` otherwise.
+    /// Extend on every voting node with the next version (re-creating a missing copy where
+    /// safe). `Ok(new valid_until)` when a majority applied it within the current validity;
+    /// `Err(true)` on conflict (no majority can ever extend); `Err(false)` otherwise.
     async fn send_extend(
         &self,
         value: &Arc<str>,
+        token: FencingToken,
+        version: u64,
         valid_until: Instant,
-    ) -> Result<Instant, (bool, String)> {
+    ) -> Result<Stamp, (bool, String)> {
         let inner = &self.inner;
-        let (key, value, ttl_ms) = (
-            Arc::<str>::from(inner.key.as_str()),
-            value.clone(),
-            inner.ttl.as_millis() as u64,
-        );
-        let start = Instant::now();
+        let keys: Arc<[String; 3]> = Arc::new([
+            inner.key.clone(),
+            inner.fence_key.clone(),
+            inner.marker_key.clone(),
+        ]);
+        let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
+        let expiry = if inner.server_clock { "x" } else { "" };
+        let start = Stamp::now();
         let tally = inner
             .client
             .fan_out_within(
@@ -529,45 +651,73 @@ impl Lock {
                 Wait::Decided,
                 inner.node_deadline,
                 move |mut nc: NodeConn| {
-                    let (key, value) = (key.clone(), value.clone());
+                    let (keys, value) = (keys.clone(), value.clone());
                     async move {
-                        let ok: i64 = LOCK_EXTEND
-                            .key(&*key)
+                        let status: i64 = LOCK_EXTEND
+                            .key(&keys[0])
+                            .key(&keys[1])
+                            .key(&keys[2])
                             .arg(&*value)
+                            .arg(version)
                             .arg(ttl_ms)
+                            .arg(token.get())
+                            .arg(&*nc.marker)
+                            .arg(expiry)
                             .invoke_async(&mut nc.conn)
                             .await?;
-                        Ok(if ok == 1 {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
+                        Ok(match status {
+                            1 | 2 => NodeOutcome::Applied(status == 2),
+                            -1 => NodeOutcome::Unknown(UnknownCause::Excluded(
+                                "marker missing or stale".into(),
+                            )),
+                            _ => NodeOutcome::Rejected(false),
                         })
                     }
                 },
             )
             .await;
-        if tally.reached() && Instant::now() < valid_until {
-            let drift = inner.ttl / 100 + Duration::from_millis(2);
-            return Ok(start + inner.ttl.saturating_sub(drift));
+        let recreated = tally.replies().filter(|(_, r)| **r).count();
+        if recreated > 0 {
+            tracing::debug!(lock = %inner.name, recreated, "extension re-created missing copies");
         }
-        let conflict = tally.rejected() > tally.majority().nodes() - tally.majority().needed();
-        let why = NoQuorum::from_tally("lock.extend", &tally, inner.client.node_urls(), |_| {
-            "not held".into()
-        })
-        .to_string();
-        Err((conflict, why))
+        let m = tally.majority();
+        match lease::judge_extension(
+            tally.applied(),
+            tally.rejected(),
+            m.nodes(),
+            m.needed(),
+            Instant::now(),
+            valid_until,
+        ) {
+            ExtendVerdict::Extended => Ok(start.after(lease::validity(inner.ttl))),
+            verdict => {
+                let why =
+                    NoQuorum::from_tally("lock.extend", &tally, inner.client.node_urls(), |_| {
+                        "held by another value".into()
+                    })
+                    .to_string();
+                Err((verdict == ExtendVerdict::Conflict, why))
+            }
+        }
     }
 }
 
 /// What a majority of nodes says about who holds a lock.
+///
+/// No node clock decides when a lease ends, so a holder that crashed stays named here until
+/// another client takes the lease over (after watching it unchanged for its TTL) or it is
+/// released: watch [`version`](Holder::version) to tell a live holder (it changes at every
+/// extension) from a dead one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The holder description given with [`Lock::with_holder`] (a candidate ID for elections).
     pub holder: String,
     /// The fencing token of the holder's lease (the leadership term, for elections).
     pub token: FencingToken,
-    /// The smallest remaining TTL among the majority that reported it.
-    pub expires_in: Duration,
+    /// The holder's extension count as seen by the majority (the lowest among them).
+    pub version: u64,
+    /// The holder's lease time.
+    pub ttl: Duration,
 }
 
 impl Lock {
@@ -590,12 +740,19 @@ impl Lock {
                 move |mut nc: NodeConn| {
                     let key = key.clone();
                     async move {
-                        let (value, pttl): (Option<String>, i64) = redis::pipe()
-                            .get(&*key)
-                            .pttl(&*key)
-                            .query_async(&mut nc.conn)
-                            .await?;
-                        Ok(NodeOutcome::Applied((value, pttl)))
+                        let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
+                            redis::cmd("HMGET")
+                                .arg(&*key)
+                                .arg("v")
+                                .arg("n")
+                                .arg("t")
+                                .query_async(&mut nc.conn)
+                                .await?;
+                        Ok(NodeOutcome::Applied((
+                            value,
+                            version.unwrap_or(0),
+                            ttl.unwrap_or(0),
+                        )))
                     }
                 },
             )
@@ -605,26 +762,28 @@ impl Lock {
             .client
             .require_majority("lock.holder", tally, |_| String::new())?;
         let needed = tally.majority().needed();
-        let mut counts: std::collections::HashMap<&str, (usize, i64)> =
+        let mut counts: std::collections::HashMap<&str, (usize, u64, u64)> =
             std::collections::HashMap::new();
-        for (_, (value, pttl)) in tally.replies() {
+        for (_, (value, version, ttl)) in tally.replies() {
             if let Some(v) = value {
-                let e = counts.entry(v.as_str()).or_insert((0, i64::MAX));
+                let e = counts.entry(v.as_str()).or_insert((0, u64::MAX, 0));
                 e.0 += 1;
-                e.1 = e.1.min(*pttl);
+                e.1 = e.1.min(*version);
+                e.2 = e.2.max(*ttl);
             }
         }
         Ok(counts
             .into_iter()
-            .find(|(_, (n, _))| *n >= needed)
-            .and_then(|(value, (_, pttl))| {
+            .find(|(_, (n, _, _))| *n >= needed)
+            .and_then(|(value, (_, version, ttl))| {
                 let mut parts = value.splitn(3, ':');
                 let _random = parts.next()?;
                 let token: u64 = parts.next()?.parse().ok()?;
                 Some(Holder {
                     holder: parts.next().unwrap_or_default().to_string(),
                     token: FencingToken::new(token),
-                    expires_in: Duration::from_millis(pttl.max(0) as u64),
+                    version,
+                    ttl: Duration::from_millis(ttl),
                 })
             }))
     }
@@ -694,14 +853,23 @@ struct LeaseShared {
     cancel: CancellationToken,
     stop: CancellationToken,
     suspended_for_tests: AtomicBool,
+    /// The version of the last extension sent (the acquisition is version 1).
+    version: AtomicU64,
     /// When the loss was signalled (monotonic clock).
     lost_at: Mutex<Option<Instant>>,
 }
 
 #[derive(Clone, Copy)]
 struct Times {
-    valid_until: Instant,
+    /// End of validity on both clocks (see [`crate::clock`]).
+    until: Stamp,
     extensions: u32,
+}
+
+impl Times {
+    fn valid_until(&self) -> Instant {
+        self.until.mono
+    }
 }
 
 impl fmt::Debug for LockGuard {
@@ -720,22 +888,25 @@ impl LockGuard {
         value: Arc<str>,
         token: FencingToken,
         acquired_at: Instant,
-        valid_until: Instant,
+        until: Stamp,
     ) -> LockGuard {
-        let (status, _) = watch::channel(LeaseStatus::Held { valid_until });
+        let (status, _) = watch::channel(LeaseStatus::Held {
+            valid_until: until.mono,
+        });
         let shared = Arc::new(LeaseShared {
             lock,
             value,
             token,
             acquired_at,
             times: Mutex::new(Times {
-                valid_until,
+                until,
                 extensions: 0,
             }),
             status,
             cancel: CancellationToken::new(),
             stop: CancellationToken::new(),
             suspended_for_tests: AtomicBool::new(false),
+            version: AtomicU64::new(1),
             lost_at: Mutex::new(None),
         });
         tokio::spawn(watchdog(shared.clone()));
@@ -757,12 +928,13 @@ impl LockGuard {
 
     /// End of validity on this process's monotonic clock (moves forward with extensions).
     pub fn valid_until(&self) -> Instant {
-        self.shared.times().valid_until
+        self.shared.times().valid_until()
     }
 
     /// True while the lease has not been lost and its validity has not ended.
     pub fn is_held(&self) -> bool {
-        matches!(*self.shared.status.borrow(), LeaseStatus::Held { valid_until } if Instant::now() < valid_until)
+        matches!(*self.shared.status.borrow(), LeaseStatus::Held { .. })
+            && !self.shared.times().until.passed()
     }
 
     /// A channel that carries every status change; it ends in [`LeaseStatus::Lost`].
@@ -863,6 +1035,14 @@ impl LeaseShared {
         *self.times.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The reason of a signalled loss ([`LossReason::Released`] if none was signalled).
+    fn lost_reason(&self) -> LossReason {
+        match &*self.status.borrow() {
+            LeaseStatus::Lost(r) => r.clone(),
+            LeaseStatus::Held { .. } => LossReason::Released,
+        }
+    }
+
     /// Publish the loss once; later reasons are ignored.
     fn signal(&self, reason: LossReason) {
         let now = Instant::now();
@@ -885,17 +1065,27 @@ impl LeaseShared {
 }
 
 async fn extend_once(shared: &Arc<LeaseShared>) -> Result<(), LossReason> {
+    if let LeaseStatus::Lost(reason) = &*shared.status.borrow() {
+        return Err(reason.clone());
+    }
     let times = shared.times();
+    let version = shared.version.fetch_add(1, Ordering::AcqRel) + 1;
     match shared
         .lock
-        .send_extend(&shared.value, times.valid_until)
+        .send_extend(&shared.value, shared.token, version, times.valid_until())
         .await
     {
-        Ok(valid_until) => {
+        // An extension decided after the loss was signalled does not revive the lease.
+        Ok(_) if matches!(*shared.status.borrow(), LeaseStatus::Lost(_)) => {
+            Err(shared.lost_reason())
+        }
+        Ok(until) => {
             let mut t = shared.times.lock().unwrap_or_else(|p| p.into_inner());
-            t.valid_until = t.valid_until.max(valid_until);
+            if until.mono > t.until.mono {
+                t.until = until;
+            }
             t.extensions += 1;
-            let v = t.valid_until;
+            let v = t.valid_until();
             drop(t);
             shared.status.send_if_modified(|s| match s {
                 LeaseStatus::Held { valid_until } => {
@@ -923,9 +1113,17 @@ async fn watchdog(shared: Arc<LeaseShared>) {
     // signal past it.
     let margin = lock.ttl / 50 + Duration::from_millis(1);
     loop {
-        let valid_until = shared.times().valid_until;
+        let until = shared.times().until;
+        let valid_until = until.mono;
         let signal_at =
             valid_until - margin.min(valid_until.saturating_duration_since(shared.acquired_at));
+        // The boot clock also counts time the host was suspended (tokio's clock does not):
+        // wake at least every second to compare with it.
+        if clock::boot_now() + margin >= until.boot {
+            shared.signal(last_failure.take().unwrap_or(LossReason::Expired));
+            return;
+        }
+        let check_at = (Instant::now() + Duration::from_secs(1)).min(signal_at);
         let bound_reached = lock
             .max_hold
             .is_some_and(|m| shared.acquired_at.elapsed() >= m)
@@ -939,8 +1137,8 @@ async fn watchdog(shared: Arc<LeaseShared>) {
         let extending = lock.auto_extend && !shared.suspended_for_tests.load(Ordering::SeqCst);
         tokio::select! {
             _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep_until(signal_at) => {
-                if shared.times().valid_until <= Instant::now() + margin {
+            _ = tokio::time::sleep_until(check_at) => {
+                if shared.times().valid_until() <= Instant::now() + margin {
                     shared.signal(last_failure.take().unwrap_or(LossReason::Expired));
                     return;
                 }

@@ -290,6 +290,7 @@ impl Node {
 /// policy is unverified), and the node marker.
 async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
     let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now();
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("PING")
@@ -320,6 +321,16 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
     let info: String = redis::from_redis_value(info?)?;
     let mut probe = Probe::from_info(&info);
     probe.latency = latency;
+    // The node's wall clock against ours, for `check` (information only).
+    let server_us: Option<i64> = info
+        .lines()
+        .find_map(|l| l.trim_end_matches('\r').strip_prefix("server_time_usec:"))
+        .and_then(|v| v.parse().ok());
+    let mid = wall0 + latency / 2;
+    if let (Some(server_us), Ok(local)) = (server_us, mid.duration_since(std::time::UNIX_EPOCH)) {
+        let local_us = i64::try_from(local.as_micros()).unwrap_or(i64::MAX);
+        probe.clock_offset_ms = Some((server_us - local_us) / 1000);
+    }
     match config.and_then(|v| Ok(redis::from_redis_value::<Vec<String>>(v)?)) {
         Ok(pairs) => {
             let get = |k: &str| {

@@ -8,14 +8,26 @@
 //! client saw when it connected; the client quarantines a node whose marker is missing or
 //! names another run_id (it lost data, or restarted since it was verified).
 //!
-//! Repair raises every monotonic register on the node (ID sequences, lock fences, group views)
-//! to the largest value read from a majority of the *other* nodes that hold a marker, then
-//! writes the marker. Why that is
+//! Repair first waits one node timeout, then raises every monotonic register on the node (ID
+//! sequences, lock fences, group views) to the largest value read from a majority of the
+//! *other* nodes that hold a marker, restores what it lacks of lease keys, completion records,
+//! acknowledgements and membership beats, then writes the marker. Why that is
 //! enough: any set M that accepted a value is a majority; M minus the repaired node has
 //! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
 //! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
 //! while the node was quarantined were accepted by majorities without it, which any later
 //! majority meets at a node other than it.
+//!
+//! Why the wait: "M accepted the value" must already be true on the other members of M when R
+//! is read. A write the node applied just before losing its data may still be travelling to a
+//! slow member of M; but a client counts a reply only within its node timeout of sending, so
+//! once that long has passed since the loss (the repair starts after it), every write any client
+//! counted is on its nodes. This assumes no client uses a longer node timeout than the
+//! repairing one.
+//!
+//! A lease key is restored only where the node has none and its (raised) fence is at most the
+//! lease's token, so a restored copy never blocks the holder of a later grant; a stale copy
+//! costs liveness only (a waiter takes it over after watching it for its TTL).
 //!
 //! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
 //! a marker, and no node holds any register, no majority can ever have accepted a value (all
@@ -35,7 +47,7 @@ use crate::client::{Client, NodeConn, Targets};
 use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{RAISE, VIEW_WRITE};
+use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
 /// names never reach a SCAN pattern.
@@ -43,6 +55,39 @@ const MONOTONIC_PATTERNS: &[&str] = &["rq:id:*", "rq:fence:*", "rq:gfence:*"];
 
 /// Key pattern of the group view registers (hashes: token, view), raised by version.
 const VIEW_PATTERN: &str = "rq:view:*";
+
+/// Key patterns of lease keys (hashes v, n, t), restored when the node lacks them, with the
+/// kind word of their fence key.
+const LEASE_PATTERNS: &[(&str, &str, &str)] = &[
+    ("rq:lock:*", "rq:lock:", "rq:fence:"),
+    ("rq:glock:*", "rq:glock:", "rq:gfence:"),
+];
+
+/// Hashes restored field by field: completion records and acknowledgements (raised to the
+/// highest token), membership beats (filled in where missing).
+const HASH_PATTERNS: &[(&str, HashMerge)] = &[
+    ("rq:done:*", HashMerge::Max),
+    ("rq:ack:*", HashMerge::Max),
+    ("rq:members:*", HashMerge::IfAbsent),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HashMerge {
+    Max,
+    IfAbsent,
+}
+
+impl HashMerge {
+    fn mode(self) -> &'static str {
+        match self {
+            HashMerge::Max => "max",
+            HashMerge::IfAbsent => "absent",
+        }
+    }
+}
+
+/// A lease key's content: holder value, version, ttl (ms).
+type LeaseCopy = (String, u64, u64);
 
 /// What one node holds: its marker and every monotonic register.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +97,67 @@ struct Holdings {
     registers: BTreeMap<String, u64>,
     /// Group view registers: key -> (version token, view JSON).
     views: BTreeMap<String, (u64, String)>,
+    /// Lease keys: key -> (value, version, ttl ms).
+    leases: BTreeMap<String, LeaseCopy>,
+    /// Restored hashes: key -> field -> value.
+    hashes: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The fencing token inside a lease value (`random:token:holder`).
+fn lease_token(value: &str) -> u64 {
+    value
+        .split(':')
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a repaired node must be given: per lease key the newest copy (highest token, then
+/// highest version) any source holds; per hash field the highest value (or any, for beats).
+fn merge_restores(sources: &[&Holdings]) -> Restores {
+    let mut leases: BTreeMap<String, LeaseCopy> = BTreeMap::new();
+    let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
+    for h in sources {
+        for (k, copy) in &h.leases {
+            let newer = leases
+                .get(k)
+                .is_none_or(|old| (lease_token(&copy.0), copy.1) > (lease_token(&old.0), old.1));
+            if newer {
+                leases.insert(k.clone(), copy.clone());
+            }
+        }
+        for (k, fields) in &h.hashes {
+            let Some(merge) = HASH_PATTERNS
+                .iter()
+                .find(|(p, _)| k.starts_with(p.trim_end_matches('*')))
+                .map(|(_, m)| *m)
+            else {
+                continue;
+            };
+            let entry = hashes
+                .entry(k.clone())
+                .or_insert_with(|| (merge, BTreeMap::new()));
+            for (f, v) in fields {
+                match entry.1.get(f) {
+                    Some(old)
+                        if merge == HashMerge::IfAbsent
+                            || old.parse::<u64>().unwrap_or(0) >= v.parse::<u64>().unwrap_or(0) => {
+                    }
+                    _ => {
+                        entry.1.insert(f.clone(), v.clone());
+                    }
+                }
+            }
+        }
+    }
+    Restores { leases, hashes }
+}
+
+/// Lease keys and hash entries to restore on a repaired node.
+#[derive(Clone, Debug, Default)]
+struct Restores {
+    leases: BTreeMap<String, LeaseCopy>,
+    hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)>,
 }
 
 /// How a repair attempt ended.
@@ -151,6 +257,12 @@ impl Client {
         // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
         tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
 
+        // Settle: a write that the node applied before it lost its data may still be on its
+        // way to the other nodes, and a client counts a reply only within its node timeout of
+        // sending. Reading the others after that long sees every write a client counted.
+        if inner.config.amnesia_protection {
+            tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
+        }
         let deadline = Some(inner.config.operation_timeout);
         let tally = self
             .fan_out_raw(
@@ -197,6 +309,19 @@ impl Client {
                 }
             }
             let views: Vec<(String, (u64, String))> = best_views.into_iter().collect();
+            let restores = if inner.config.server_clock_leases {
+                // TEST ONLY: the unsafe Redlock behaviour, where a lost lease copy or beat
+                // stays lost.
+                let mut hashes = merge_restores(&sources).hashes;
+                hashes.retain(|k, _| !k.starts_with("rq:members:"));
+                Restores {
+                    hashes,
+                    ..Restores::default()
+                }
+            } else {
+                merge_restores(&sources)
+            };
+            let restores = std::sync::Arc::new(restores);
             let run_id2 = run_id.clone();
             let write = self
                 .fan_out_raw(
@@ -205,9 +330,10 @@ impl Client {
                     Targets::Only(i),
                     deadline,
                     move |nc: NodeConn| {
-                        let (pairs, views) = (pairs.clone(), views.clone());
+                        let (pairs, views, restores) =
+                            (pairs.clone(), views.clone(), restores.clone());
                         let run_id = run_id2.clone();
-                        async move { raise_and_mark(nc, &pairs, &views, &run_id).await }
+                        async move { raise_and_mark(nc, &pairs, &views, &restores, &run_id).await }
                     },
                 )
                 .await;
@@ -271,6 +397,8 @@ async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
             .await?,
         registers: BTreeMap::new(),
         views: BTreeMap::new(),
+        leases: BTreeMap::new(),
+        hashes: BTreeMap::new(),
     };
     for pattern in MONOTONIC_PATTERNS {
         debug_assert!(pattern.starts_with(KEY_PREFIX));
@@ -328,7 +456,56 @@ async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
         }
         cursor = next;
     }
+    for (pattern, _, _) in LEASE_PATTERNS {
+        for key in scan_hashes(&mut nc, pattern).await? {
+            let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
+                redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("v")
+                    .arg("n")
+                    .arg("t")
+                    .query_async(&mut nc.conn)
+                    .await?;
+            if let (Some(v), Some(n), Some(t)) = (value, version, ttl) {
+                h.leases.insert(key, (v, n, t));
+            }
+        }
+    }
+    for (pattern, _) in HASH_PATTERNS {
+        for key in scan_hashes(&mut nc, pattern).await? {
+            let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut nc.conn)
+                .await?;
+            h.hashes.insert(key, fields);
+        }
+    }
     Ok(h)
+}
+
+/// Every hash key matching a fixed pattern (SCAN ... TYPE hash: a key of another type, from
+/// an older layout, is skipped rather than failing the repair).
+async fn scan_hashes(nc: &mut NodeConn, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    debug_assert!(pattern.starts_with(KEY_PREFIX));
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg("hash")
+            .query_async(&mut nc.conn)
+            .await?;
+        out.extend(keys);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
 }
 
 /// On the node being repaired: raise every register, then write the marker, but only if the
@@ -338,6 +515,7 @@ async fn raise_and_mark(
     mut nc: NodeConn,
     pairs: &[(String, u64)],
     views: &[(String, (u64, String))],
+    restores: &Restores,
     run_id: &str,
 ) -> redis::RedisResult<NodeOutcome<usize>> {
     if &*nc.marker != run_id {
@@ -363,6 +541,34 @@ async fn raise_and_mark(
             .invoke_async(&mut nc.conn)
             .await?;
         raised += usize::from(stored == 1);
+    }
+    for (key, (value, version, ttl)) in &restores.leases {
+        let Some(fence_key) = LEASE_PATTERNS.iter().find_map(|(_, lock, fence)| {
+            key.strip_prefix(lock).map(|name| format!("{fence}{name}"))
+        }) else {
+            continue;
+        };
+        let written: usize = RESTORE
+            .key(key)
+            .key(&fence_key)
+            .arg("lease")
+            .arg(value)
+            .arg(*version)
+            .arg(*ttl)
+            .arg(lease_token(value))
+            .invoke_async(&mut nc.conn)
+            .await?;
+        raised += written;
+    }
+    for (key, (merge, fields)) in &restores.hashes {
+        for chunk in fields.iter().collect::<Vec<_>>().chunks(200) {
+            let mut inv = RESTORE.prepare_invoke();
+            inv.key(key).key(key).arg(merge.mode());
+            for (f, v) in chunk {
+                inv.arg(*f).arg(*v);
+            }
+            raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
+        }
     }
     let _: () = redis::cmd("SET")
         .arg(fixed_key(KeyKind::Marker))

@@ -152,6 +152,29 @@ pub struct Probe {
     pub marker: Option<String>,
     /// Round trip of a PING.
     pub latency: Duration,
+    /// The node's wall clock (`server_time_usec`) minus this client's wall clock at the middle
+    /// of the probe's round trip, in milliseconds. Information for operators only: no safety
+    /// decision reads a node's clock (see [`clock_skews`]).
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// Each node's clock offset against the median offset of the nodes that answered, in
+/// milliseconds (`None` for a node without a probe). A node whose clock stepped shows here;
+/// redquorum's guarantees do not depend on it.
+pub fn clock_skews(probes: &[Option<&Probe>]) -> Vec<Option<i64>> {
+    let mut offsets: Vec<i64> = probes
+        .iter()
+        .filter_map(|p| p.and_then(|p| p.clock_offset_ms))
+        .collect();
+    if offsets.is_empty() {
+        return vec![None; probes.len()];
+    }
+    offsets.sort_unstable();
+    let median = offsets[offsets.len() / 2];
+    probes
+        .iter()
+        .map(|p| p.and_then(|p| p.clock_offset_ms).map(|o| o - median))
+        .collect()
 }
 
 impl Probe {
@@ -172,6 +195,7 @@ impl Probe {
             no_appendfsync_on_rewrite: None,
             marker: None,
             latency: Duration::ZERO,
+            clock_offset_ms: None,
         }
     }
 
@@ -311,6 +335,21 @@ mod tests {
         assert_eq!(safe_probe().findings(false, true), vec![]);
         assert_eq!(safe_probe().version.as_deref(), Some("7.0.15"));
         assert_eq!(safe_probe().run_id.as_deref(), Some("abcdef0123456789"));
+    }
+
+    #[test]
+    fn a_stepped_node_clock_shows_against_the_median() {
+        let with = |ms: i64| {
+            let mut p = safe_probe();
+            p.clock_offset_ms = Some(ms);
+            p
+        };
+        let (a, b, c) = (with(3), with(120_004), with(-1));
+        assert_eq!(
+            clock_skews(&[Some(&a), Some(&b), None, Some(&c)]),
+            vec![Some(0), Some(120_001), None, Some(-4)]
+        );
+        assert_eq!(clock_skews(&[None, None]), vec![None, None]);
     }
 
     #[test]

@@ -36,14 +36,14 @@ pub(crate) static FENCED_SET: LazyLock<redis::Script> =
 /// The text of the resource-side fencing guard, for users who load it themselves.
 pub const FENCED_SET_LUA: &str = include_str!("scripts/fenced_set.lua");
 
-/// Membership lease refresh / leave.
+/// Membership beat / leave.
 pub(crate) static MEMBER_BEAT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("scripts/member_beat.lua")));
-
-/// Live members by this node's clock.
-pub(crate) static MEMBERS_LIVE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/members_live.lua")));
 
 /// The view register's conditional write.
 pub(crate) static VIEW_WRITE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("scripts/view_write.lua")));
+
+/// Repair: restore lease keys and hash entries a quarantined node lost.
+pub(crate) static RESTORE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/restore.lua")));

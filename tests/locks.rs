@@ -221,7 +221,8 @@ async fn one_frozen_node_costs_acquire_and_release_at_most_the_per_node_deadline
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extending_after_expiry_never_brings_the_key_back_and_release_spares_the_next_holder() {
+async fn a_lapsed_lease_is_taken_over_only_after_its_ttl_unchanged_and_its_late_release_spares_the_next_holder(
+) {
     init_tracing();
     let cluster = Cluster::start(3).await;
     let a = client(cluster.urls()).await;
@@ -234,48 +235,49 @@ async fn extending_after_expiry_never_brings_the_key_back_and_release_spares_the
         .try_acquire()
         .await
         .unwrap();
-    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-    let err = guard_a.extend().await.expect_err("the lease expired");
+    // B sees A's key at once; no node clock tells B when it is over: B must watch it.
+    let lock_b = Lock::new(&b, "expiry", Duration::from_secs(5)).unwrap();
+    let b_first_look = Instant::now();
+    let first = lock_b.try_acquire().await;
     assert!(
-        matches!(
-            err,
-            Error::LeaseLost {
-                reason: LossReason::Conflict,
-                ..
-            }
-        ),
-        "{err}"
+        matches!(first, Err(Error::LockHeld { .. })),
+        "A's fresh lease must block B: {first:?}"
     );
-    for node in cluster.nodes() {
-        let mut con = node.direct_connection().await;
-        let exists: bool = redis::cmd("EXISTS")
-            .arg("rq:lock:expiry")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        assert!(
-            !exists,
-            "node {}: extend re-created an expired lock",
-            node.index()
-        );
-    }
-
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    // A's validity ended without an extension: the loss was signalled, and a late
+    // extension can never revive it.
+    assert!(!guard_a.is_held());
+    let err = guard_a.extend().await.expect_err("the lease lapsed");
+    assert!(
+        matches!(err, Error::LeaseLost { .. }),
+        "a late extension must report the loss: {err}"
+    );
+    // B takes it over, but only once it has seen A's key unchanged for A's TTL plus drift.
+    let guard_b = lock_b.acquire(Duration::from_secs(3)).await.unwrap();
+    let watched = b_first_look.elapsed();
+    assert!(
+        watched >= ttl + ttl / 100,
+        "B took A's lease over after watching it only {watched:?} (A's TTL is {ttl:?})"
+    );
+    assert!(
+        guard_b.token() > guard_a.token(),
+        "the takeover mints a higher token"
+    );
     // B holds it now; A's late release must not delete B's lock.
-    let guard_b = Lock::new(&b, "expiry", Duration::from_secs(5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    // Nodes whose copy is B's (a lock value is "random:token:holder").
+    let b_token = guard_b.token().get().to_string();
     let count = || async {
         let mut present = 0;
         for node in cluster.nodes() {
             let mut con = node.direct_connection().await;
-            let exists: bool = redis::cmd("EXISTS")
+            let value: Option<String> = redis::cmd("HGET")
                 .arg("rq:lock:expiry")
+                .arg("v")
                 .query_async(&mut con)
                 .await
                 .unwrap();
-            present += exists as usize;
+            present +=
+                value.is_some_and(|v| v.split(':').nth(1) == Some(b_token.as_str())) as usize;
         }
         present
     };

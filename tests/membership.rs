@@ -302,3 +302,198 @@ async fn without_the_transition_barrier_the_checker_finds_a_double_owner() {
         "without the barrier some task must have two owners at once"
     );
 }
+
+/// Joins `id` with its own client and config (teeth switch optional, node URLs as given).
+async fn join_with(urls: &[String], id: &str, opts: GroupOptions, protected: bool) -> Member {
+    let mut config = Config::from_urls(urls).expect("valid");
+    if !protected {
+        config = config.with_server_clock_leases_for_tests();
+    }
+    let client = Client::connect(config).await.expect("valid");
+    Member::join(&client, "faults", id, opts)
+        .await
+        .expect("join")
+}
+
+fn fault_opts(interval: Duration) -> GroupOptions {
+    GroupOptions::default()
+        .with_interval(interval)
+        .with_ownership(Ownership::Buckets { count: 64 })
+        .record_history_for_tests()
+}
+
+/// Member M's beats reach only nodes 0 and 1 (its client's node 2 is a dead address); M's
+/// process freezes right after a beat, and node 1 (the only other copy of M's beat) is wiped.
+/// Returns the checker's verdict over every member's history.
+async fn lost_beat_copy(protected: bool) -> Result<(), String> {
+    init_tracing();
+    let interval = Duration::from_secs(4);
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    // The leader-to-be joins first and leads; X and M join after.
+    let leader = join_with(&urls, "leader", fault_opts(interval), protected).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let x = join_with(&urls, "x", fault_opts(interval), protected).await;
+    let mut m_urls = urls.clone();
+    m_urls[2] = "redis://127.0.0.1:1".into(); // connection refused: M never reaches node 2
+    let m = join_with(&m_urls, "m", fault_opts(interval), protected).await;
+    until_settled(&[&leader, &x, &m], 3, interval * 4).await;
+    // Freeze M just after a beat (its assignment then has most of its lease ahead).
+    let deadline = Instant::now() + interval * 3;
+    while m.assignment().is_none_or(|a| {
+        a.valid_until.saturating_duration_since(Instant::now()) < Duration::from_millis(4200)
+    }) {
+        assert!(Instant::now() < deadline, "M never showed a fresh beat");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m.freeze_for_tests(Duration::from_secs(4));
+    // The leader reads nodes 1 and 2 first (node 0 answers slowly), so after the wipe a
+    // majority of its answers lacks M's beat unless the protection restores or outwaits it.
+    cluster.node(0).set_latency(Duration::from_millis(40));
+    cluster.node(1).wipe_and_restart().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let end = Instant::now();
+    let histories: Vec<(String, History)> = [&leader, &x, &m]
+        .iter()
+        .map(|mm| (mm.id().to_string(), mm.history_for_tests()))
+        .collect();
+    cluster.node(0).set_latency(Duration::ZERO);
+    for mm in [leader, x, m] {
+        mm.leave().await;
+    }
+    check_single_owner(&histories, end)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_that_held_a_members_only_other_beat_copy_gives_no_task_two_owners() {
+    lost_beat_copy(true)
+        .await
+        .unwrap_or_else(|e| panic!("checker (I1) with the protection on: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_protection_a_lost_beat_copy_gives_a_task_two_owners() {
+    let verdict = lost_beat_copy(false).await;
+    println!("checker with server-clock rules: {verdict:?}");
+    assert!(
+        verdict.is_err(),
+        "with expiry judged from presence on a majority of answers and no beat restore, the \
+         leader must drop M while it still owns its tasks"
+    );
+}
+
+/// Two processes join with one member ID (and a third with another); returns whether the
+/// duplicate was reported, and the checker's verdict (histories labelled per process).
+async fn one_id_two_processes(protected: bool) -> (bool, Result<(), String>) {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let interval = Duration::from_millis(500);
+    let a = join_with(&urls, "same-id", fault_opts(interval), protected).await;
+    let b = join_with(&urls, "same-id", fault_opts(interval), protected).await;
+    let c = join_with(&urls, "other", fault_opts(interval), protected).await;
+    let limit = Instant::now() + interval * 10;
+    while Instant::now() < limit && [&a, &b, &c].iter().any(|m| m.assignment().is_none()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(interval * 2).await;
+    if protected {
+        assert_ne!(a.key(), b.key(), "each process gets its own member key");
+        let (ia, ib) = (
+            a.assignment().expect("a").index,
+            b.assignment().expect("b").index,
+        );
+        assert_ne!(ia, ib, "two processes with one ID get two indexes");
+    }
+    let reported = [&a, &b, &c]
+        .iter()
+        .map(|m| m.duplicates_seen_for_tests())
+        .sum::<usize>()
+        > 0;
+    let end = Instant::now();
+    let histories: Vec<(String, History)> = [("process a", &a), ("process b", &b), ("c", &c)]
+        .iter()
+        .map(|(label, m)| (label.to_string(), m.history_for_tests()))
+        .collect();
+    for m in [a, b, c] {
+        m.leave().await;
+    }
+    (reported, check_single_owner(&histories, end))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_one_member_id_are_two_members_and_are_reported() {
+    let (reported, verdict) = one_id_two_processes(true).await;
+    assert!(
+        reported,
+        "the leader must report two live processes with one member ID"
+    );
+    verdict.unwrap_or_else(|e| panic!("checker (I1): {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_per_process_keys_two_processes_with_one_id_own_the_same_tasks() {
+    let (_, verdict) = one_id_two_processes(false).await;
+    println!("checker with one key per ID: {verdict:?}");
+    assert!(
+        verdict.is_err(),
+        "two processes sharing one member key must be caught owning the same tasks"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_node_a_slow_drain_hook_and_clock_steps_leave_every_lease_intact() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    // One second: a beat's slack is a quarter interval, 250 ms, above a loaded CI machine's
+    // stalls.
+    let interval = Duration::from_secs(1);
+    // A drain hook that always uses its whole timeout (longer than a beat interval).
+    let slow: DrainHook =
+        Arc::new(|_d: Drain| Box::pin(tokio::time::sleep(Duration::from_secs(5))));
+    let opts = || fault_opts(interval).with_drain(Duration::from_millis(1800), slow.clone());
+    let mut members = Vec::new();
+    for i in 0..3 {
+        members.push(join_with(&urls, &format!("s{i}"), opts(), true).await);
+    }
+    until_settled(&members.iter().collect::<Vec<_>>(), 3, interval * 10).await;
+    let settled_at = Instant::now();
+    // Node 2 freezes for six intervals while a join makes everyone drain (slowly).
+    cluster.node(2).freeze().await;
+    members.push(join_with(&urls, "s3", opts(), true).await);
+    // Node 0's wall clock steps forward, then back; the beats never read it.
+    cluster.node(0).step_clock_ms(120_000);
+    tokio::time::sleep(interval * 3).await;
+    cluster.node(0).step_clock_ms(-120_000);
+    tokio::time::sleep(interval * 3).await;
+    cluster.node(2).thaw().await;
+    until_settled(&members.iter().collect::<Vec<_>>(), 4, interval * 10).await;
+    let end = Instant::now();
+    let histories: Vec<(String, History)> = members
+        .iter()
+        .map(|m| (m.id().to_string(), m.history_for_tests()))
+        .collect();
+    // The three first members never lost their own lease: no gap in their ownership since
+    // they settled (a prepared view narrows an assignment; it never removes it).
+    for (id, h) in histories.iter().take(3) {
+        let ints = intervals(h, end);
+        let mut covered_until = settled_at;
+        for (from, until, _) in ints.iter().filter(|(_, u, _)| *u > settled_at) {
+            assert!(
+                *from <= covered_until + Duration::from_millis(5),
+                "member {id} owned nothing for {} (its own lease lapsed or it was dropped)",
+                ms(*from - covered_until)
+            );
+            covered_until = covered_until.max(*until);
+        }
+        assert!(
+            covered_until + Duration::from_millis(5) >= end,
+            "member {id} owned nothing at the end"
+        );
+    }
+    for m in members {
+        m.leave().await;
+    }
+    check_single_owner(&histories, end).unwrap_or_else(|e| panic!("checker (I1): {e}"));
+}

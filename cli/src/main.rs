@@ -190,11 +190,16 @@ async fn check(client: &Client) -> ExitCode {
         .unwrap_or(3)
         .max(3);
     println!(
-        "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} findings",
-        "node", "url", "status", "votes", "version", "latency", "run_id"
+        "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {:>12} findings",
+        "node", "url", "status", "votes", "version", "latency", "run_id", "clock"
+    );
+    // Each node's wall clock against the median: shown for operators, never used to decide.
+    let skews = redquorum::safety::clock_skews(
+        &reports.iter().map(|r| r.probe.as_ref()).collect::<Vec<_>>(),
     );
     let mut all_safe = true;
-    for r in &reports {
+    for (r, skew) in reports.iter().zip(skews) {
+        let clock = skew.map_or_else(|| "-".to_string(), |ms| format!("{ms:+}ms"));
         let safe = r.is_safe();
         all_safe &= safe;
         let (version, latency, run_id) = match &r.probe {
@@ -210,7 +215,7 @@ async fn check(client: &Client) -> ExitCode {
             None => ("-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {}",
+            "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {:>12} {}",
             r.node.to_string(),
             r.url,
             if safe {
@@ -224,6 +229,7 @@ async fn check(client: &Client) -> ExitCode {
             version,
             latency,
             run_id,
+            clock,
             r.summary()
         );
     }
@@ -332,19 +338,37 @@ async fn lock_run(
         }
         _ = terminated => {
             kill_group(Signal::SIGTERM);
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-            kill_group(Signal::SIGKILL);
+            stop_within_lease(&mut child, &guard, kill_group).await;
             let _ = guard.release().await;
             Ok(ExitCode::from(143))
         }
         _ = tokio::signal::ctrl_c() => {
             kill_group(Signal::SIGTERM);
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-            kill_group(Signal::SIGKILL);
+            stop_within_lease(&mut child, &guard, kill_group).await;
             let _ = guard.release().await;
             Ok(ExitCode::from(130))
         }
     }
+}
+
+/// After SIGTERM was sent to the child's group on our own shutdown: give it up to 5 s to end,
+/// but never past the lease (the guard keeps extending meanwhile; if the lease is lost, SIGKILL
+/// goes out by its deadline), then SIGKILL what is left of the group.
+async fn stop_within_lease(
+    child: &mut tokio::process::Child,
+    guard: &redquorum::LockGuard,
+    kill_group: impl Fn(nix::sys::signal::Signal),
+) {
+    use nix::sys::signal::Signal;
+    tokio::select! {
+        _ = tokio::time::timeout(Duration::from_secs(5), child.wait()) => {}
+        _ = guard.lost() => {
+            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
+            let _ = tokio::time::timeout(grace, child.wait()).await;
+        }
+    }
+    kill_group(Signal::SIGKILL);
+    let _ = child.wait().await;
 }
 
 /// `index watch`: join the group, print every adopted view this instance belongs to, leave on
@@ -377,7 +401,7 @@ async fn index_watch(
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
         let line = views.borrow_and_update().as_ref().and_then(|v| {
-            let index = v.index_of(&id)?;
+            let index = v.index_of(member.key())?;
             let token = v.version.token()?;
             let state = match v.state {
                 ViewState::Prepare => "prepare",

@@ -379,6 +379,49 @@ async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_lock_run_kills_a_child_that_ignores_it_by_the_lease_deadline() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    // The child ignores SIGTERM (and so does the sleep it execs): only SIGKILL stops it.
+    let script = format!("trap '' TERM; touch {}; exec sleep 60", ready.display());
+    let mut run = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "lock", "run", "term", "--ttl", "1s", "--", "sh", "-c", &script,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // We are asked to stop, and the lease is lost right after (a majority is cut off): the
+    // child must not outlive the lease by the 5 s grace a clean shutdown would give it.
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let status = tokio::time::timeout(Duration::from_secs(15), run.wait())
+        .await
+        .expect("lock run must exit")
+        .unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(143), "a SIGTERM'd lock run exits 143");
+    assert!(
+        took < Duration::from_millis(2500),
+        "the child ignoring SIGTERM must be killed by the lease deadline (1 s TTL), not after \
+         the 5 s grace: took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let cluster = Cluster::start(3).await;

@@ -1,18 +1,48 @@
 //! Group membership with one agreed view, sealed by the group's leader, and the two-phase
-//! transition the library enforces.
+//! transition the library enforces. No decision reads a node's clock.
 //!
-//! Each member keeps a membership lease (a per-node sorted-set entry that expires on the node's
-//! clock) alive every interval, with the seed's random constant skew. Members campaign for the
-//! group's leader lease; the leader seals views (`prepare`), waits until every member of the
-//! last active view has drained and acknowledged or lost its lease, then activates them. Views
-//! live in a quorum register (set-if-version-greater on every node, committed on a majority);
-//! readers take the highest version from a majority and write it back to a majority before
-//! adopting it, so no two instances adopt views in opposite orders.
+//! Each process that joins gets a member key `<id>#<random nonce>` (two processes with one ID
+//! are two members; the leader reports them). It beats every interval, on a timer of its own,
+//! with the seed's random constant skew: a beat writes a sequence number that grows with every
+//! beat into a hash on every node (`member_beat.lua`), with no expiry. Its own validity is the
+//! send time of its last beat a majority applied, plus the lease (1.25 intervals), minus drift,
+//! on its monotonic clock (and the boot clock).
+//!
+//! Members campaign for the group's leader lease (a [`crate::Lock`]). The leader judges a
+//! member **gone** only when, on a majority of the nodes it just read, it has seen the member's
+//! beat (or its absence) unchanged, on one node incarnation, for the lease plus drift on its
+//! own monotonic clock (`lease::Beats`; every member keeps this watch warm from its view
+//! reads, so a new leader judges without waiting a whole lease first). The leader seals views
+//! (`prepare`), waits until every member of the last active view has drained and acknowledged
+//! or is gone, then activates them. Views live in a quorum register (set-if-version-greater
+//! on every node, committed on a majority); readers take the highest version from a majority
+//! and write it back to a majority before adopting it, so no two instances adopt views in
+//! opposite orders.
+//!
+//! # Why the barrier holds without node clocks
+//! A member M owns tasks of the active view V1 only through an assignment published after a
+//! view read that returned V1, carrying the validity of a beat whose reply arrived before that
+//! read started (the loop snapshots the validity first). Suppose the leader activates the
+//! prepared V2 because M is gone: on a majority R of nodes read after V2 was sealed, M's beat
+//! stayed unchanged from a first reading r_n to a last f_n, at least lease + drift apart. Take
+//! any beat b of M that a majority applied; it shares a node n with R. If b reached n before
+//! r_n, it was sent before r_n, so M's validity from it ends (on real time) before f_n and
+//! before the activation. It cannot have reached n between r_n and f_n (the value would have
+//! changed; sequence numbers never repeat, and a wipe changes the run_id, which restarts the
+//! watch). If it reached n after f_n, which is after V2 was sealed, M's next view read starts
+//! after b's reply and returns V2 or newer, so b never backs a V1 assignment. Either way M
+//! owns no V1 task once V2 is active. A member that acknowledged V2 had already narrowed to the
+//! tasks both views give it.
 //!
 //! A member owns tasks under an **active** view that contains it (and, while a new view is
 //! prepared, only the tasks both views give it), and only while its own membership lease is
-//! valid on its monotonic clock; its assignment carries the view version as
-//! a fencing token, so a stale owner's writes are rejected by the resource guards.
+//! valid; its assignment carries the view version as a fencing token, so a stale owner's
+//! writes are rejected by the resource guards.
+//!
+//! Assumptions, beyond the crate's: clients' monotonic clocks run within
+//! [`MAX_DRIFT_RATE`](crate::MAX_DRIFT_RATE) of real time; nodes' wall clocks may step at any
+//! time. Not guaranteed: progress without a majority; a graceful leave or a crash is seen only
+//! after the lease time (about 1.3 intervals) has passed unchanged.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -25,14 +55,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::assign::{self, Ownership, View, ViewState, ViewVersion};
 use crate::client::{Client, NodeConn};
+use crate::clock::Stamp;
 use crate::election::{Election, Leadership};
 use crate::error::{Error, NoQuorum};
 use crate::fencing::FencingToken;
 use crate::keys::{fixed_key, KeyKind, Name};
+use crate::lease::{self, BeatGarbage, BeatReading, Beats};
 use crate::lock::Lock;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{MEMBERS_LIVE, MEMBER_BEAT, VIEW_WRITE};
+use crate::scripts::{MEMBER_BEAT, VIEW_WRITE};
 
 /// A user hook run when this member must drain: it must stop the work on the tasks it gives
 /// up before it returns (bounded by the drain timeout). See [`Drain`].
@@ -155,6 +187,8 @@ pub struct Assignment {
     pub state: ViewState,
     /// Ownership ends here unless the membership lease is refreshed (monotonic clock).
     pub valid_until: Instant,
+    /// The same end on the boot clock (counts host suspend).
+    until: Stamp,
     view: Arc<View>,
     /// For a prepared view: the last active view (a task must be ours under both).
     previous: Option<Arc<View>>,
@@ -176,9 +210,10 @@ impl Assignment {
         }
     }
 
-    /// Whether this member owns task `task_id` now (false once `valid_until` has passed).
+    /// Whether this member owns task `task_id` now (false once `valid_until` has passed, on
+    /// the monotonic or the boot clock).
     pub fn owns(&self, task_id: u64) -> bool {
-        Instant::now() < self.valid_until && self.covers(task_id)
+        !self.until.passed() && self.covers(task_id)
     }
 }
 
@@ -203,6 +238,20 @@ struct Shared {
     client: Client,
     group: Name,
     id: Arc<str>,
+    /// `<id>#<nonce>`: this process's key in beats, acknowledgements and views. A new process
+    /// with the same ID has another nonce, so it is another member.
+    key: Arc<str>,
+    /// End of this member's lease validity (send of the last beat a majority applied + lease
+    /// - drift), written by the beat task.
+    beat_until: Mutex<Option<Stamp>>,
+    /// Woken by every successful beat, so the loop reads the view and republishes at once.
+    beaten: tokio::sync::Notify,
+    /// The leader's watch over the group's beats.
+    beats: Mutex<Beats>,
+    /// How often the leader saw two live processes with one member ID.
+    duplicates: std::sync::atomic::AtomicUsize,
+    /// The duplicate member keys last reported (reported again only when they change).
+    duplicates_reported: Mutex<Vec<String>>,
     opts: GroupOptions,
     members_key: Arc<str>,
     view_key: Arc<str>,
@@ -246,7 +295,26 @@ impl Member {
         let election = Election::on_lock(lock, member.as_str())?;
         let (tx, _) = watch::channel(None);
         let (view_changes, _) = watch::channel(None);
+        let nonce = {
+            let mut bytes = [0u8; 8];
+            if getrandom::fill(&mut bytes).is_err() {
+                bytes = rand::random();
+            }
+            u64::from_le_bytes(bytes)
+        };
         let shared = Arc::new(Shared {
+            // TEST ONLY (the unsafe classic design): one key per ID, shared by every process
+            // that joins with it.
+            key: if client.config().server_clock_leases {
+                member.as_str().into()
+            } else {
+                format!("{}#{nonce:016x}", member.as_str()).into()
+            },
+            beat_until: Mutex::new(None),
+            beaten: tokio::sync::Notify::new(),
+            beats: Mutex::new(Beats::default()),
+            duplicates: std::sync::atomic::AtomicUsize::new(0),
+            duplicates_reported: Mutex::new(Vec::new()),
             client: client.clone(),
             members_key: group.key(KeyKind::Members).into(),
             view_key: group.key(KeyKind::View).into(),
@@ -311,6 +379,21 @@ impl Member {
         &self.shared.id
     }
 
+    /// This process's member key, `<id>#<nonce>`: how views, beats and acknowledgements name
+    /// it ([`View::index_of`] takes it). Two processes that join with one ID get two keys.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// TEST ONLY: how many times this member, while leading, saw two live processes with one
+    /// member ID.
+    #[doc(hidden)]
+    pub fn duplicates_seen_for_tests(&self) -> usize {
+        self.shared
+            .duplicates
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Leave gracefully: stop owning, drop the membership lease on every node, step down as
     /// leader.
     pub async fn leave(mut self) {
@@ -370,6 +453,58 @@ impl Drop for Member {
     }
 }
 
+/// Aborts a background task when dropped (also when the member's own task is aborted).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn frozen_until(shared: &Shared) -> Option<Instant> {
+    *shared
+        .frozen_until
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Beats on a timer of their own (like a lock's watchdog), so that a slow drain hook or slow
+/// view reads never delay them: every interval, with the seed's random constant skew once.
+async fn beat_loop(shared: Arc<Shared>, lease: Duration) {
+    let interval = shared.opts.interval;
+    let mut skew_left = shared
+        .opts
+        .skew
+        .unwrap_or_else(|| interval.mul_f64(rand::random::<f64>() / 2.0));
+    let mut seq: u64 = 0;
+    loop {
+        if let Some(until) = frozen_until(&shared) {
+            tokio::time::sleep_until(until).await;
+        }
+        seq += 1;
+        let sent = Stamp::now();
+        let ok = beat(&shared, seq, false).await;
+        if ok {
+            let until = sent.after(lease::validity(lease));
+            let mut cur = shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
+            if cur.is_none_or(|c| c.mono < until.mono) {
+                *cur = Some(until);
+            }
+            drop(cur);
+            shared.beaten.notify_one();
+        }
+        // The first beat goes out at once (a fast join); the skew shifts the later ones once.
+        // A beat that did not reach a majority is retried soon, well before the lease ends.
+        let next = if ok {
+            sent.mono + interval + std::mem::take(&mut skew_left)
+        } else {
+            Instant::now() + interval / 8
+        };
+        tokio::time::sleep_until(next).await;
+    }
+}
+
 async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let interval = shared.opts.interval;
     // Views are read every tick, so a prepared view is drained and acknowledged, and an
@@ -378,18 +513,14 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     // A membership lease outlives one missed beat by a quarter interval, so a crashed member's
     // lease is gone, and the view without it active, within two intervals.
     let lease = interval + interval / 4;
-    // The seed's random constant skew, so members do not heartbeat in lockstep.
-    let mut skew_left = shared
-        .opts
-        .skew
-        .unwrap_or_else(|| interval.mul_f64(rand::random::<f64>() / 2.0));
-    let mut next_beat = Instant::now();
-    let mut lease_valid_until: Option<Instant> = None;
     let mut acked: Option<ViewVersion> = None;
     let mut last_active: Option<Assignment> = None;
+    // A prepared view being drained: its version and the running drain hook, if any.
+    let mut draining: Option<(ViewVersion, Option<tokio::task::JoinHandle<()>>)> = None;
 
+    let _beater = AbortOnDrop(tokio::spawn(beat_loop(shared.clone(), lease)));
     // Campaign for the group's leader lease in the background.
-    let campaigner = {
+    let _campaigner = AbortOnDrop({
         let shared = shared.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -405,33 +536,24 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         })
-    };
+    });
 
     loop {
-        let frozen = *shared
-            .frozen_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(until) = frozen {
+        if let Some(until) = frozen_until(&shared) {
             tokio::time::sleep_until(until).await;
         }
-        let now = Instant::now();
-        if now >= next_beat {
-            if beat(&shared, lease, false).await {
-                let drift = lease / 100 + Duration::from_millis(2);
-                lease_valid_until = Some(now + lease - drift);
-            }
-            // The first beat goes out at once (a fast join); the skew shifts the phase of the
-            // later ones once.
-            next_beat = now + interval + std::mem::take(&mut skew_left);
-        }
+        // The validity an assignment may carry comes from a beat sent BEFORE the view read
+        // below (the barrier's argument depends on it): snapshot it first.
+        let beat_until = *shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
         let read = read_view(&shared).await;
         if let Err(e) = &read {
-            tracing::debug!(group = %shared.group, member = %shared.id, error = %e, "cannot read the view");
+            tracing::debug!(group = %shared.group, member = %shared.key, error = %e, "cannot read the view");
         }
         if let Ok(view) = read {
             let view = match leader_term(&shared) {
-                Some(term) => leader_step(&shared, view, term).await.unwrap_or_else(|v| v),
+                Some(term) => leader_step(&shared, view, term, lease)
+                    .await
+                    .unwrap_or_else(|v| v),
                 None => view,
             };
             shared.view_changes.send_if_modified(|v| {
@@ -444,13 +566,14 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             });
             let assignment = match (
                 &view.state,
-                view.index_of(&shared.id),
-                lease_valid_until,
+                view.index_of(&shared.key),
+                beat_until,
                 view.version.token(),
             ) {
-                (state, Some(index), Some(valid_until), Some(token))
-                    if Instant::now() < valid_until
-                        && (*state == ViewState::Active || view.draining.contains(&*shared.id)) =>
+                (state, Some(index), Some(until), Some(token))
+                    if !until.passed()
+                        && (*state == ViewState::Active
+                            || view.draining.contains(&*shared.key)) =>
                 {
                     Some(Assignment {
                         index,
@@ -458,11 +581,12 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                         version: view.version,
                         token,
                         state: *state,
-                        valid_until,
+                        valid_until: until.mono,
+                        until,
                         view: Arc::new(view.clone()),
                         previous: (*state == ViewState::Prepare)
                             .then(|| Arc::new(view.previous_view())),
-                        member: shared.id.clone(),
+                        member: shared.key.clone(),
                         ownership: shared.opts.ownership,
                     })
                 }
@@ -470,20 +594,36 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             };
             // Drain and acknowledge a prepared view that takes over from one we worked under:
             // first narrow what we own to the tasks we keep, then let the user drain the rest.
+            // The hook runs in a task of its own, so this loop keeps publishing (and the
+            // narrowed assignment keeps its validity) however long the hook takes.
             if view.state == ViewState::Prepare
-                && view.draining.contains(&*shared.id)
+                && view.draining.contains(&*shared.key)
                 && acked != Some(view.version)
+                && draining.as_ref().is_none_or(|(v, _)| *v != view.version)
             {
                 publish(&shared, assignment.clone());
-                if let (Some(hook), Some(from)) = (shared.opts.drain.clone(), last_active.take()) {
-                    let drain = Drain {
-                        from,
-                        keeps: assignment.clone(),
-                    };
-                    let _ = tokio::time::timeout(shared.opts.drain_timeout, hook(drain)).await;
-                }
-                if ack(&shared, view.version).await {
-                    acked = Some(view.version);
+                let hook = match (shared.opts.drain.clone(), last_active.take()) {
+                    (Some(hook), Some(from)) => {
+                        let drain = Drain {
+                            from,
+                            keeps: assignment.clone(),
+                        };
+                        let timeout = shared.opts.drain_timeout;
+                        Some(tokio::spawn(async move {
+                            let _ = tokio::time::timeout(timeout, hook(drain)).await;
+                        }))
+                    }
+                    _ => None,
+                };
+                draining = Some((view.version, hook));
+            }
+            if let Some((version, hook)) = &draining {
+                let done = hook.as_ref().is_none_or(|h| h.is_finished());
+                if *version != view.version {
+                    draining = None; // a newer view replaced it before we acknowledged
+                } else if done && ack(&shared, *version).await {
+                    acked = Some(*version);
+                    draining = None;
                 }
             }
             if assignment
@@ -493,19 +633,22 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 last_active = assignment.clone();
             }
             publish(&shared, assignment);
-        } else if lease_valid_until.is_some_and(|v| Instant::now() >= v) {
+        } else if beat_until.is_none_or(|u| u.passed()) {
             publish(&shared, None);
         }
-        let wake = (Instant::now() + tick).min(next_beat);
+        // Next round at the tick, or at once after a beat: an assignment's validity comes only
+        // from a beat sent before a view read, so a fresh beat needs a fresh read to count.
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tokio::time::sleep_until(wake) => {}
+            _ = tokio::time::sleep(tick) => {}
+            _ = shared.beaten.notified() => {}
         }
     }
     // Leave: own nothing, drop the lease everywhere, step down.
     publish(&shared, None);
-    campaigner.abort();
-    let _ = beat(&shared, lease, true).await;
+    drop(_campaigner);
+    drop(_beater);
+    let _ = beat(&shared, 0, true).await;
     let leadership = shared
         .leadership
         .lock()
@@ -546,22 +689,21 @@ fn leader_term(shared: &Shared) -> Option<u64> {
         .map(|l| l.term().get())
 }
 
-/// Refresh (or drop) this member's lease on every voting node; true with a majority.
-async fn beat(shared: &Shared, lease: Duration, leave: bool) -> bool {
-    let (key, id) = (shared.members_key.clone(), shared.id.clone());
-    let ms = lease.as_millis() as u64;
+/// Refresh (or drop) this member's beat on every voting node; true with a majority.
+async fn beat(shared: &Shared, seq: u64, leave: bool) -> bool {
+    let (key, member) = (shared.members_key.clone(), shared.key.clone());
     let tally = shared
         .client
         .fan_out(
             "group.beat",
             if leave { Wait::All } else { Wait::Decided },
             move |mut nc: NodeConn| {
-                let (key, id) = (key.clone(), id.clone());
+                let (key, member) = (key.clone(), member.clone());
                 async move {
                     let _: i64 = MEMBER_BEAT
                         .key(&*key)
-                        .arg(&*id)
-                        .arg(ms)
+                        .arg(&*member)
+                        .arg(seq)
                         .arg(if leave { "1" } else { "0" })
                         .invoke_async(&mut nc.conn)
                         .await?;
@@ -573,27 +715,65 @@ async fn beat(shared: &Shared, lease: Duration, leave: bool) -> bool {
     tally.reached()
 }
 
-/// The members live on any node of a majority (a member counts as gone only when every
-/// answering node of a majority says its lease expired).
-async fn live_members(shared: &Shared) -> Result<BTreeSet<String>, Error> {
+/// The beat value a member writes when it leaves gracefully.
+const LEFT: &str = "left";
+
+/// Remove gone members' beat entries where they still hold the value the leader watched.
+async fn collect_garbage(client: Client, key: Arc<str>, garbage: BeatGarbage) {
+    let garbage = Arc::new(garbage);
+    let _ = client
+        .fan_out("group.members.gc", Wait::All, move |mut nc: NodeConn| {
+            let (key, garbage) = (key.clone(), garbage.clone());
+            async move {
+                for (member, values) in garbage.iter() {
+                    if let Some((_, v)) = values.iter().find(|(n, _)| *n == nc.node) {
+                        let _: i64 = MEMBER_BEAT
+                            .key(&*key)
+                            .arg(member)
+                            .arg(&**v)
+                            .arg("gc")
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                    }
+                }
+                Ok(NodeOutcome::Applied(()))
+            }
+        })
+        .await;
+}
+
+/// One node's beats as read through `nc` (its index and incarnation with them).
+fn beat_reading(nc: &NodeConn, beats: std::collections::BTreeMap<String, String>) -> BeatReading {
+    (
+        nc.node,
+        nc.marker.clone(),
+        beats
+            .into_iter()
+            .map(|(k, v)| (k, Arc::<str>::from(v)))
+            .collect(),
+    )
+}
+
+/// The beats a majority holds (the first majority to answer).
+async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
     let key = shared.members_key.clone();
     let tally = shared
         .client
-        .fan_out("group.members", Wait::All, move |mut nc: NodeConn| {
+        .fan_out("group.members", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let ids: Vec<String> = MEMBERS_LIVE.key(&*key).invoke_async(&mut nc.conn).await?;
-                Ok(NodeOutcome::Applied(ids))
+                let beats: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+                    .arg(&*key)
+                    .query_async(&mut nc.conn)
+                    .await?;
+                Ok(NodeOutcome::Applied(beat_reading(&nc, beats)))
             }
         })
         .await;
     let tally = shared
         .client
         .require_majority("group.members", tally, |_| String::new())?;
-    Ok(tally
-        .replies()
-        .flat_map(|(_, ids)| ids.iter().cloned())
-        .collect())
+    Ok(tally.replies().map(|(_, r)| r.clone()).collect())
 }
 
 /// Members that acknowledged `version` on any node of a majority.
@@ -602,7 +782,7 @@ async fn acknowledged(shared: &Shared, version: ViewVersion) -> Result<BTreeSet<
     let token = version.token().map(|t| t.get()).unwrap_or(u64::MAX);
     let tally = shared
         .client
-        .fan_out("group.acks", Wait::All, move |mut nc: NodeConn| {
+        .fan_out("group.acks", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
                 let acks: std::collections::HashMap<String, u64> = redis::cmd("HGETALL")
@@ -630,7 +810,7 @@ async fn ack(shared: &Shared, version: ViewVersion) -> bool {
     let Some(token) = version.token() else {
         return false;
     };
-    let (key, id) = (shared.ack_key.clone(), shared.id.clone());
+    let (key, id) = (shared.ack_key.clone(), shared.key.clone());
     let tally = shared
         .client
         .fan_out("group.ack", Wait::Decided, move |mut nc: NodeConn| {
@@ -652,33 +832,62 @@ async fn ack(shared: &Shared, version: ViewVersion) -> bool {
 /// Read the view from a majority, take the highest version and write it back to a majority
 /// before returning it (so every later reader sees at least this view).
 async fn read_view(shared: &Shared) -> Result<View, Error> {
-    let key = shared.view_key.clone();
+    let (key, members_key) = (shared.view_key.clone(), shared.members_key.clone());
     let tally = shared
         .client
-        .fan_out("group.view.read", Wait::All, move |mut nc: NodeConn| {
-            let key = key.clone();
+        .fan_out("group.view.read", Wait::Decided, move |mut nc: NodeConn| {
+            let (key, members_key) = (key.clone(), members_key.clone());
             async move {
-                let (token, view): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+                // The beats ride along in the same round trip: every member keeps a warm watch
+                // of them, so a new leader can judge a crashed member without waiting a whole
+                // lease time first.
+                let ((token, view), beats): (
+                    (Option<u64>, Option<String>),
+                    std::collections::BTreeMap<String, String>,
+                ) = redis::pipe()
+                    .cmd("HMGET")
                     .arg(&*key)
                     .arg("token")
                     .arg("view")
+                    .cmd("HGETALL")
+                    .arg(&*members_key)
                     .query_async(&mut nc.conn)
                     .await?;
-                Ok(NodeOutcome::Applied((token.unwrap_or(0), view)))
+                let beats = beat_reading(&nc, beats);
+                Ok(NodeOutcome::Applied((token.unwrap_or(0), view, beats)))
             }
         })
         .await;
+    let seen_at = Instant::now();
     let tally = shared
         .client
         .require_majority("group.view.read", tally, |_| String::new())?;
     let best = tally
         .replies()
-        .filter_map(|(_, (token, json))| {
+        .filter_map(|(_, (token, json, _))| {
             json.as_deref()
                 .and_then(|j| serde_json::from_str::<View>(j).ok())
                 .map(|v| (*token, v))
         })
         .max_by_key(|(t, _)| *t);
+    if !shared.client.config().server_clock_leases {
+        let readings: Vec<BeatReading> = tally.replies().map(|(_, (_, _, b))| b.clone()).collect();
+        let mut in_view = BTreeSet::new();
+        if let Some((_, v)) = &best {
+            in_view.extend(v.members.keys().cloned());
+            in_view.extend(v.draining.iter().cloned());
+        }
+        shared
+            .beats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(
+                shared.client.node_urls().len(),
+                &readings,
+                &in_view,
+                seen_at,
+            );
+    }
     match best {
         None => Ok(View::empty()),
         Some((_, view)) => {
@@ -736,19 +945,112 @@ async fn write_view(shared: &Shared, view: &View) -> Result<(), Error> {
     }
 }
 
+/// The leader's judgement of the group from one round of beat readings: the live members
+/// (present on an answering node, or in the view and not yet gone) and the gone ones (beat
+/// unchanged on a majority for the lease time + drift, on the leader's own clock). No node
+/// clock plays any part. Two live processes with one member ID are reported.
+fn judge_members(
+    shared: &Shared,
+    view: &View,
+    readings: &[BeatReading],
+    lease: Duration,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let needed = shared.client.majority().needed();
+    let nodes = shared.client.node_urls().len();
+    let answered: Vec<usize> = readings.iter().map(|(n, _, _)| *n).collect();
+    let mut in_view: BTreeSet<String> = view.members.keys().cloned().collect();
+    in_view.extend(view.draining.iter().cloned());
+    let window = lease::watch_window(lease);
+    let (live, gone) = if shared.client.config().server_clock_leases {
+        // TEST ONLY: the old unsafe rule, "gone when absent on a majority of the answers".
+        let present: BTreeSet<String> = readings
+            .iter()
+            .flat_map(|(_, _, b)| {
+                b.iter()
+                    .filter(|(_, v)| &***v != LEFT)
+                    .map(|(k, _)| k.clone())
+            })
+            .collect();
+        let gone = in_view.difference(&present).cloned().collect();
+        (present, gone)
+    } else {
+        let mut beats = shared.beats.lock().unwrap_or_else(|p| p.into_inner());
+        beats.observe(nodes, readings, &in_view, Instant::now());
+        let mut candidates = beats.present(&answered);
+        candidates.extend(in_view.iter().cloned());
+        // A member that left wrote "left" itself, after it stopped owning: gone at once.
+        let left: BTreeSet<&String> = readings
+            .iter()
+            .flat_map(|(_, _, b)| b.iter().filter(|(_, v)| &***v == LEFT).map(|(k, _)| k))
+            .collect();
+        let gone: BTreeSet<String> = candidates
+            .iter()
+            .filter(|m| left.contains(m) || beats.gone(m, &answered, needed, window))
+            .cloned()
+            .collect();
+        beats.prune(&answered, needed, window, &in_view);
+        // Clean up the entries of gone members that no view names any more (guarded: an
+        // entry that changed since, because the member beat again, is kept).
+        let garbage: BeatGarbage = gone
+            .iter()
+            .filter(|m| !in_view.contains(*m))
+            .map(|m| (m.clone(), beats.last_values(m, &answered)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        drop(beats);
+        if !garbage.is_empty() {
+            let client = shared.client.clone();
+            let key = shared.members_key.clone();
+            tokio::spawn(collect_garbage(client, key, garbage));
+        }
+        (candidates.difference(&gone).cloned().collect(), gone)
+    };
+    let mut by_id: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for key in &live {
+        let id = key.rsplit_once('#').map_or(key.as_str(), |(id, _)| id);
+        by_id.entry(id).or_default().push(key);
+    }
+    let dups: Vec<String> = by_id
+        .iter()
+        .filter(|(_, k)| k.len() > 1)
+        .flat_map(|(_, k)| k.iter().map(|s| s.to_string()))
+        .collect();
+    let mut reported = shared
+        .duplicates_reported
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if !dups.is_empty() && *reported != dups {
+        shared
+            .duplicates
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(group = %shared.group, processes = ?dups, "two live processes use one member ID: each is a separate member");
+    }
+    *reported = dups;
+    drop(reported);
+    (live, gone)
+}
+
 /// The leader's step: seal a new view when membership changed; activate a prepared view once
 /// the barrier allows. Returns the view now current (Err carries the unchanged view).
-async fn leader_step(shared: &Shared, view: View, term: u64) -> Result<View, View> {
+async fn leader_step(
+    shared: &Shared,
+    view: View,
+    term: u64,
+    lease: Duration,
+) -> Result<View, View> {
     if term < view.version.term {
         return Err(view); // a newer leader sealed this view: we are deposed
     }
-    let live = match live_members(shared).await {
-        Ok(l) => l,
+    // Read AFTER the view: when a prepared view is judged below, every reading is later than
+    // its seal (the barrier's argument needs it).
+    let readings = match read_beats(shared).await {
+        Ok(r) => r,
         Err(e) => {
             tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
             return Err(view);
         }
     };
+    let (live, gone) = judge_members(shared, &view, &readings, lease);
     tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
     let next = match view.state {
         ViewState::Prepare => {
@@ -759,13 +1061,7 @@ async fn leader_step(shared: &Shared, view: View, term: u64) -> Result<View, Vie
                     return Err(view);
                 }
             };
-            let expired: BTreeSet<String> = view
-                .draining
-                .iter()
-                .filter(|m| !live.contains(*m))
-                .cloned()
-                .collect();
-            if assign::transition_ready(&view, &acks, &expired) {
+            if assign::transition_ready(&view, &acks, &gone) {
                 view.activated(term)
             } else if live != view.members.keys().cloned().collect::<BTreeSet<_>>() {
                 view.next(&live, term) // membership changed again while draining

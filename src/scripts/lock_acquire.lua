@@ -1,21 +1,35 @@
--- lock_acquire.lua: grant a lease AND mint its fencing token, in one atomic step per node.
+-- lock_acquire.lua: grant a lease AND mint its fencing token, in one atomic step per node, only
+-- if the lock key is exactly in the state the caller expects (compare-and-swap). No key here
+-- ever expires on the server's clock: a node's wall clock may step at any time.
 --
--- KEYS[1]  lock key (rq:lock:<name>): the holder's value, with a TTL.
+-- KEYS[1]  lock key (rq:lock:<name>): a hash {v = holder value, n = version, t = ttl ms}, or
+--          absent when nobody holds the lease on this node. No TTL (see ARGV[8]).
 -- KEYS[2]  fence key (rq:fence:<name>): the highest token granted with this lock, a decimal
 --          integer string, no TTL (one per lock name).
 -- KEYS[3]  node marker (rq:marker), see id_propose.lua.
--- ARGV[1]  value: the acquisition's random value (32 hex digits, 128 bits from the OS CSPRNG)
---          followed by optional holder information.
--- ARGV[2]  ttl in milliseconds, integer >= 1.
+-- ARGV[1]  value: the acquisition's random value (32 hex digits, 128 bits from the OS CSPRNG),
+--          ':', the token, ':', optional holder information.
+-- ARGV[2]  ttl in milliseconds, integer >= 1 (stored in the key so that watchers use the
+--          holder's lease time, not their own).
 -- ARGV[3]  proposed token, integer, 1 <= token < 2^53.
--- ARGV[4]  expected marker (the run_id seen at connect), or "*" to skip (test-only).
+-- ARGV[4]  expected marker: the run_id of the incarnation the caller watched (or saw at
+--          connect), or "*" to skip (test-only).
+-- ARGV[5]  mode: "absent" (grant only if there is no key), "swap" (grant only if the key holds
+--          exactly ARGV[6] at version ARGV[7]: a takeover after the caller watched that state
+--          unchanged for its lease time), or "read" (change nothing, report the state).
+-- ARGV[6]  expected value (mode "swap"), else "".
+-- ARGV[7]  expected version (mode "swap"), else "0".
+-- ARGV[8]  "x": ALSO set a server-side expiry of ttl ms on the key (TEST-ONLY switch that
+--          restores the unsafe Redlock behaviour, so tests can show what it breaks); "" else.
 --
--- Returns  {1, previous_fence}  granted: the lock now holds ARGV[1] for ttl ms and the fence
---                               holds the token (which was above previous_fence).
---          {0, fence}           the lock is held by another value; nothing changed.
---          {-2, fence}          the lock is free but fence >= token: propose above fence.
---          {-1, fence}          marker missing or stale: the node may not vote.
--- A node grants only when the lock is free AND its fence is below the token, so a token
+-- Returns  {status, fence, value, version, ttl} where value/version/ttl describe the key as it
+--          was before this call ("" / 0 / 0 when absent) and status is
+--            1   granted: the key now holds ARGV[1] at version 1, the fence holds the token
+--                (which was above fence);
+--            0   not granted: the key is not in the expected state (or mode "read");
+--           -2   the key is as expected but fence >= token: propose above fence;
+--           -1   marker missing or stale: the node may not vote; nothing changed.
+-- A node grants only when the key is as expected AND its fence is below the token, so a token
 -- granted by a majority is above every token granted by a majority before it.
 local ttl = tonumber(ARGV[2])
 local token = tonumber(ARGV[3])
@@ -23,15 +37,32 @@ if not ttl or ttl < 1 or not token or token < 1 or token >= 9007199254740992 the
   return redis.error_reply('ERR rq lock_acquire: bad ttl or token')
 end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 't')
+local value = cur[1] or ''
+local version = tonumber(cur[2] or '0') or 0
+local cur_ttl = tonumber(cur[3] or '0') or 0
 if ARGV[4] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
-  return {-1, fence}
+  return {-1, fence, value, version, cur_ttl}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, fence}
+local mode = ARGV[5]
+local expected
+if mode == 'absent' then
+  expected = (cur[1] == false)
+elseif mode == 'swap' then
+  expected = (cur[1] ~= false and value == ARGV[6] and version == tonumber(ARGV[7]))
+else
+  expected = false
+end
+if not expected then
+  return {0, fence, value, version, cur_ttl}
 end
 if fence >= token then
-  return {-2, fence}
+  return {-2, fence, value, version, cur_ttl}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2])
+if ARGV[8] == 'x' then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
 redis.call('SET', KEYS[2], ARGV[3])
-return {1, fence}
+return {1, fence, value, version, cur_ttl}

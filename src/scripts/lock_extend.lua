@@ -1,13 +1,54 @@
--- lock_extend.lua: extend a lease this holder still has; never re-creates an expired key.
+-- lock_extend.lua: extend a lease this holder still has, bumping its version, and re-create the
+-- copy on a node that lacks it (it missed the grant, or lost it) when that is safe.
 --
--- KEYS[1]  lock key (rq:lock:<name>).
+-- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
+-- KEYS[2]  fence key (rq:fence:<name>).
+-- KEYS[3]  node marker (rq:marker).
 -- ARGV[1]  the holder's value (as passed to lock_acquire.lua).
--- ARGV[2]  new ttl in milliseconds from now, integer >= 1.
+-- ARGV[2]  the extension's version: an integer the holder raises with every extension.
+-- ARGV[3]  ttl in milliseconds, integer >= 1.
+-- ARGV[4]  the holder's fencing token.
+-- ARGV[5]  expected marker (the run_id seen at connect), or "*" (test-only).
+-- ARGV[6]  "x": TEST-ONLY unsafe mode (server-side expiry, never re-create), see lock_acquire.lua.
 --
--- Returns  1 if the key held ARGV[1] and its TTL was reset; 0 otherwise (expired, released,
---          or held by someone else); nothing changed then.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Returns   1  the key held ARGV[1]: its version is now at least ARGV[2];
+--           2  there was no key and the fence was at most the token: the copy was re-created
+--              (no later acquisition was granted on this node, so it blocks nobody entitled);
+--           0  the key holds another value (someone else's lease): nothing changed;
+--          -2  no key, and a later acquisition was granted here (fence above the token);
+--          -1  marker missing or stale: nothing changed.
+local version = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local token = tonumber(ARGV[4])
+if not version or version < 1 or not ttl or ttl < 1 or not token or token < 1 or token >= 9007199254740992 then
+  return redis.error_reply('ERR rq lock_extend: bad version, ttl or token')
+end
+if ARGV[5] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[5] then
+  return -1
+end
+local cur = redis.call('HGET', KEYS[1], 'v')
+if cur == ARGV[1] then
+  local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') or 0
+  if version > n then
+    redis.call('HSET', KEYS[1], 'n', ARGV[2], 't', ARGV[3])
+  end
+  if ARGV[6] == 'x' then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
   return 1
 end
-return 0
+if cur then
+  return 0
+end
+if ARGV[6] == 'x' then
+  return 0
+end
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if fence > token then
+  return -2
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', ARGV[2], 't', ARGV[3])
+if fence < token then
+  redis.call('SET', KEYS[2], ARGV[4])
+end
+return 2

@@ -1,18 +1,25 @@
--- member_beat.lua: refresh (or drop) one member's membership lease in a group.
+-- member_beat.lua: refresh (or drop) one member's beat in a group. No node clock is read: the
+-- group's leader judges a member gone on its own monotonic clock, from a beat value that
+-- stayed unchanged on a majority for the lease time (see lease.rs).
 --
--- KEYS[1]  the group's members (rq:members:<group>): a sorted set, member ID -> expiry in
---          milliseconds of THIS node's clock (TIME).
--- ARGV[1]  member ID.
--- ARGV[2]  lease time in milliseconds, integer >= 1.
--- ARGV[3]  "1" to leave (remove the member), "0" to refresh.
+-- KEYS[1]  the group's members (rq:members:<group>): a hash, member key -> beat sequence.
+--          A member key is `<id>#<per-process nonce>`.
+-- ARGV[1]  member key.
+-- ARGV[2]  beat sequence: a decimal integer the member raises with every beat.
+-- ARGV[3]  "1" to leave: the entry becomes "left" (written by the member itself after it
+--          stopped owning anything, so the leader may treat it as gone at once); "0" to
+--          refresh; "gc" to remove the entry only if it still holds exactly ARGV[2] (the
+--          leader cleaning up a member it judged gone).
 --
--- Returns  1 (refreshed or removed). Expired members are removed on the way.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- Returns  1 (refreshed, left or removed), 0 ("gc" found another value: the member beat again).
 if ARGV[3] == '1' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[1], ARGV[1], 'left')
+elseif ARGV[3] == 'gc' then
+  if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+    return 0
+  end
+  redis.call('HDEL', KEYS[1], ARGV[1])
 else
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 return 1

@@ -5,7 +5,8 @@
 //! [`TestNode::freeze`]/[`TestNode::thaw`] (docker pause), [`TestNode::wipe_and_restart`]
 //! (data loss). Network faults (in the proxy, instant): [`TestNode::cut_off`] (silent
 //! partition), [`TestNode::refuse`], [`TestNode::drop_replies`],
-//! [`TestNode::set_latency`] and [`TestNode::heal`].
+//! [`TestNode::set_latency`] and [`TestNode::heal`]. Clock faults (an `LD_PRELOAD` shim, see
+//! [`clock`]): [`TestNode::step_clock_ms`] steps one node's wall clock forward or back.
 //!
 //! ```no_run
 //! use redquorum_testkit::Cluster;
@@ -30,6 +31,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod checker;
+pub mod clock;
 mod node;
 mod proxy;
 

@@ -14,10 +14,11 @@ use redis::{AsyncConnectionConfig, IntoConnectionInfo};
 use testcontainers::bollard::query_parameters::{InspectContainerOptions, KillContainerOptions};
 use testcontainers::bollard::Docker;
 use testcontainers::core::client::docker_client_instance;
-use testcontainers::core::{IntoContainerPort, Mount, WaitFor};
+use testcontainers::core::{AccessMode, IntoContainerPort, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
+use crate::clock::ClockDir;
 use crate::proxy::{FaultMode, FaultProxy};
 use crate::{image_name, split_image_name, NodeSpec, CONTAINER_LABEL};
 
@@ -38,7 +39,8 @@ const START_ATTEMPTS: usize = 5;
 
 /// One Redis node of a [`Cluster`](crate::Cluster): a container with its data directory on
 /// the host (bind-mounted at `/data`), published on a fixed 127.0.0.1 port, reached by
-/// tests through a fault proxy on another fixed port.
+/// tests through a fault proxy on another fixed port. Its redis-server runs under the
+/// wall-clock shim (see [`clock`](crate::clock)), at offset 0 until a test steps it.
 ///
 /// Dropping it stops the proxy (closing its connections), removes the container (thawing
 /// it first if it is frozen) and then deletes the data directory.
@@ -52,6 +54,9 @@ pub struct TestNode {
     proxy: FaultProxy,
     container: ContainerAsync<GenericImage>,
     data_dir: tempfile::TempDir,
+    /// The node's host clock: the shim and its offset file, mounted at `/clock`. Not inside
+    /// the data directory, so a wipe keeps it.
+    clock: ClockDir,
 }
 
 impl fmt::Debug for TestNode {
@@ -65,6 +70,8 @@ impl fmt::Debug for TestNode {
             .field("latency", &self.proxy.latency())
             .field("frozen", &self.frozen.load(Ordering::SeqCst))
             .field("data_dir", &self.data_dir.path())
+            .field("clock_dir", &self.clock.path())
+            .field("clock_offset_ms", &self.clock.offset_ms())
             .field("spec", &self.spec)
             .finish()
     }
@@ -77,7 +84,9 @@ impl TestNode {
             .prefix(&format!("redquorum-node{index}-"))
             .tempdir()
             .unwrap_or_else(|e| panic!("node {index}: cannot create a data directory: {e}"));
-        let (container, host_port) = start_container(index, &spec, data_dir.path()).await;
+        let clock = ClockDir::new();
+        let (container, host_port) =
+            start_container(index, &spec, data_dir.path(), clock.path()).await;
         let proxy = FaultProxy::start(
             SocketAddr::from(([127, 0, 0, 1], host_port)),
             &format!("node {index}"),
@@ -91,6 +100,7 @@ impl TestNode {
             proxy,
             container,
             data_dir,
+            clock,
         };
         node.wait_ready("start").await;
         node
@@ -301,6 +311,43 @@ impl TestNode {
             )
         });
         self.wait_ready("wipe_and_restart").await;
+    }
+
+    // ---------------------------------------------------------------- clock faults
+
+    /// Step the node's WALL clock by `delta_ms` milliseconds (positive: forward, negative:
+    /// back), adding to its current offset, at once, as an NTP step would: `gettimeofday`,
+    /// `time` and `clock_gettime(CLOCK_REALTIME*, CLOCK_TAI)` of its redis-server jump; its
+    /// monotonic and boot clocks do not. Redis's `TIME` and its key expiry follow at its next
+    /// clock read. The offset is the node's host clock: it survives kill, restart and wipe.
+    /// Works on a frozen or killed node too (it applies when the node runs again).
+    pub fn step_clock_ms(&self, delta_ms: i64) {
+        self.clock.step_ms(delta_ms);
+        tracing::debug!(
+            node = self.index,
+            delta_ms,
+            offset_ms = self.clock.offset_ms(),
+            "clock step"
+        );
+    }
+
+    /// Set the node's WALL-clock offset from real time to `offset_ms` milliseconds (a step to
+    /// real time + `offset_ms`; 0 puts it back on real time). Same clocks and persistence as
+    /// [`step_clock_ms`](Self::step_clock_ms); monotonic clocks untouched.
+    pub fn set_clock_offset_ms(&self, offset_ms: i64) {
+        tracing::debug!(node = self.index, offset_ms, "clock set");
+        self.clock.set_offset_ms(offset_ms);
+    }
+
+    /// The node's current WALL-clock offset from real time, in milliseconds (0 at start).
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.clock.offset_ms()
+    }
+
+    /// Host directory mounted at `/clock` in the container: the shim (`clockstep.so`) and the
+    /// node's offset file (`offset`). Outside the data directory, so a wipe keeps it.
+    pub fn clock_dir(&self) -> &Path {
+        self.clock.path()
     }
 
     // ---------------------------------------------------------------- network faults
@@ -526,6 +573,7 @@ async fn start_container(
     index: usize,
     spec: &NodeSpec,
     data_dir: &Path,
+    clock_dir: &Path,
 ) -> (ContainerAsync<GenericImage>, u16) {
     static ATTEMPT: AtomicU64 = AtomicU64::new(0);
     let image = image_name();
@@ -534,8 +582,13 @@ async fn start_container(
         .to_str()
         .unwrap_or_else(|| panic!("node {index}: data dir {data_dir:?} is not UTF-8"))
         .to_string();
+    let clock_path = clock_dir
+        .to_str()
+        .unwrap_or_else(|| panic!("node {index}: clock dir {clock_dir:?} is not UTF-8"))
+        .to_string();
     // Run redis-server as the owner of the data directory, so that everything it writes
-    // there can be deleted by this process (wipe, TempDir cleanup) also when not root.
+    // there can be deleted by this process (wipe, TempDir cleanup) also when not root. The
+    // clock directory has the same owner (this process made both), so it can read the shim.
     let user = {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(data_dir)
@@ -555,6 +608,13 @@ async fn start_container(
             .with_cmd(spec.args())
             .with_mapped_port(host_port, 6379.tcp())
             .with_mount(Mount::bind_mount(host_path.clone(), "/data"))
+            // The wall-clock shim and the node's offset file; the node only reads them.
+            .with_mount(
+                Mount::bind_mount(clock_path.clone(), "/clock")
+                    .with_access_mode(AccessMode::ReadOnly),
+            )
+            .with_env_var("LD_PRELOAD", "/clock/clockstep.so")
+            .with_env_var(crate::clock::OFFSET_FILE_ENV, "/clock/offset")
             .with_user(user.clone())
             .with_label(CONTAINER_LABEL, index.to_string())
             .with_label("org.redquorum.testkit.attempt", attempt.clone())

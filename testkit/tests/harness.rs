@@ -455,3 +455,289 @@ async fn a_panicking_test_leaves_no_containers_behind() {
         "containers of a panicked test are still there: {left:?}"
     );
 }
+
+/// A node's `TIME`, in milliseconds since the epoch; `who` names the node in the panic.
+async fn node_time_ms(con: &mut MultiplexedConnection, who: &str) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME")
+        .query_async(con)
+        .await
+        .unwrap_or_else(|e| panic!("TIME on {who} failed: {e}"));
+    s * 1000 + us / 1000
+}
+
+/// How far `a`'s `TIME` is ahead of `b`'s, in ms (`b` is read between two reads of `a`, so
+/// the time the requests take cancels out).
+async fn skew_ms(
+    a: &mut MultiplexedConnection,
+    a_name: &str,
+    b: &mut MultiplexedConnection,
+    b_name: &str,
+) -> i64 {
+    let a1 = node_time_ms(a, a_name).await;
+    let b = node_time_ms(b, b_name).await;
+    let a2 = node_time_ms(a, a_name).await;
+    (a1 + a2) / 2 - b
+}
+
+/// Slack for comparing two clocks that should differ by an exact step.
+const CLOCK_SLACK_MS: i64 = 1_000;
+
+fn assert_skew(skew: i64, want: i64, what: &str) {
+    assert!(
+        (skew - want).abs() <= CLOCK_SLACK_MS,
+        "{what}: the stepped node's TIME should be {want} ms ahead of the other node's, \
+         it is {skew} ms ahead (slack {CLOCK_SLACK_MS} ms)"
+    );
+}
+
+/// `SET key v PX ttl_ms` on `con`.
+async fn set_px(con: &mut MultiplexedConnection, key: &str, ttl_ms: u64, who: &str) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async::<()>(con)
+        .await
+        .unwrap_or_else(|e| panic!("SET {key} v PX {ttl_ms} on {who} failed: {e}"));
+}
+
+/// Polls `GET key` until it answers nil; returns how long that took, or `None` if the key is
+/// still there after `within`.
+async fn gone_within(
+    con: &mut MultiplexedConnection,
+    key: &str,
+    within: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if get(con, key).await.is_none() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= within {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_step_moves_one_nodes_time_forward_and_back() {
+    let cluster = Cluster::start(2).await;
+    let (stepped, other) = (cluster.node(0), cluster.node(1));
+    assert_eq!(
+        stepped.clock_offset_ms(),
+        0,
+        "a new node starts at offset 0"
+    );
+    let mut s = stepped.direct_connection().await;
+    let mut o = other.direct_connection().await;
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        0,
+        "before any step (shim loaded at offset 0)",
+    );
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    let unstepped = node_time_ms(&mut o, "node 1").await;
+    assert!(
+        (unstepped - real).abs() <= CLOCK_SLACK_MS,
+        "an unstepped node's TIME must be real time: {unstepped} ms vs host {real} ms"
+    );
+
+    stepped.step_clock_ms(120_000);
+    assert_eq!(stepped.clock_offset_ms(), 120_000, "offset after +120 s");
+    assert_eq!(other.clock_offset_ms(), 0, "a step moves one node only");
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        120_000,
+        "after step_clock_ms(120_000) on a running node",
+    );
+
+    stepped.step_clock_ms(-120_000);
+    assert_eq!(
+        stepped.clock_offset_ms(),
+        0,
+        "offset after +120 s then -120 s"
+    );
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        0,
+        "after stepping back by -120 s",
+    );
+
+    stepped.step_clock_ms(-45_000);
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        -45_000,
+        "after a -45 s step (behind real time)",
+    );
+    stepped.set_clock_offset_ms(10_000);
+    assert_eq!(stepped.clock_offset_ms(), 10_000, "set_clock_offset_ms");
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        10_000,
+        "after set_clock_offset_ms(10_000)",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_clock_step_expires_keys_on_that_node_only() {
+    let cluster = Cluster::start(2).await;
+    let (stepped, other) = (cluster.node(0), cluster.node(1));
+    let mut s = stepped.direct_connection().await;
+    let mut o = other.direct_connection().await;
+    set_px(&mut s, "k", 60_000, "node 0").await;
+    set_px(&mut o, "k", 60_000, "node 1").await;
+    assert_eq!(
+        get(&mut s, "k").await.as_deref(),
+        Some("v"),
+        "a 60 s key must exist before the step"
+    );
+
+    stepped.step_clock_ms(120_000);
+    let gone = gone_within(&mut s, "k", Duration::from_millis(100)).await;
+    assert!(
+        gone.is_some(),
+        "a key SET with PX 60000 must expire at once after a +120 s wall-clock step, but GET \
+         still returned it 100 ms later"
+    );
+    assert_eq!(
+        get(&mut o, "k").await.as_deref(),
+        Some("v"),
+        "the same key on the unstepped node must survive (only node 0's clock moved)"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("k")
+        .query_async(&mut o)
+        .await
+        .expect("PTTL on node 1");
+    assert!(
+        (50_000..=60_000).contains(&ttl),
+        "the unstepped node's key must keep its remaining TTL, PTTL is {ttl} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_step_survives_restart_and_wipe() {
+    let cluster = Cluster::start(2).await;
+    let (stepped, other) = (cluster.node(0), cluster.node(1));
+    let mut o = other.direct_connection().await;
+
+    // The offset is the node's host clock: a restarted redis-server comes back on it.
+    stepped.step_clock_ms(-30_000);
+    stepped.kill_and_restart().await;
+    assert_eq!(
+        stepped.clock_offset_ms(),
+        -30_000,
+        "offset after kill_and_restart"
+    );
+    let mut s = stepped.direct_connection().await;
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        -30_000,
+        "a -30 s step, then kill_and_restart",
+    );
+    stepped.step_clock_ms(90_000);
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        60_000,
+        "a +90 s step on the restarted node",
+    );
+
+    // A wipe deletes the data directory, not the clock: the +60 s holds, and it still steps.
+    stepped.wipe_and_restart().await;
+    assert_eq!(
+        stepped.clock_offset_ms(),
+        60_000,
+        "offset after wipe_and_restart"
+    );
+    let mut s = stepped.direct_connection().await;
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        60_000,
+        "the +60 s offset after wipe_and_restart (is the shim still loaded?)",
+    );
+    stepped.step_clock_ms(-180_000);
+    assert_skew(
+        skew_ms(&mut s, "node 0", &mut o, "node 1").await,
+        -120_000,
+        "a -180 s step on the wiped node",
+    );
+}
+
+/// Kills and reaps a child process when dropped (also when the test panics).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_redis_server_process_follows_its_clock_file() {
+    let clock = redquorum_testkit::clock::ClockDir::new();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        l.local_addr().expect("its address").port()
+    };
+    let mut server = KillOnDrop(
+        std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--bind", "127.0.0.1"])
+            .envs(clock.envs())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("cannot spawn redis-server: Debian's redis-server must be on PATH"),
+    );
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut con = None;
+    for _ in 0..100 {
+        if let Ok(c) = connect(&url).await {
+            con = Some(c);
+            break;
+        }
+        if let Ok(Some(status)) = server.0.try_wait() {
+            panic!("the local redis-server under the clock shim exited at start-up: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut con = con.unwrap_or_else(|| {
+        panic!("the local redis-server under the clock shim does not answer on {url} after 5 s")
+    });
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    let before = node_time_ms(&mut con, "the local redis-server").await;
+    assert!(
+        (before - real).abs() <= CLOCK_SLACK_MS,
+        "at offset 0 the local redis-server's TIME must be real time: {before} ms vs host {real} ms"
+    );
+    set_px(&mut con, "k", 60_000, "the local redis-server").await;
+
+    clock.step_ms(3_600_000);
+    let after = node_time_ms(&mut con, "the local redis-server").await;
+    assert!(
+        (after - before - 3_600_000).abs() <= CLOCK_SLACK_MS,
+        "a +1 h step must move the local redis-server's TIME by an hour, it moved {} ms",
+        after - before
+    );
+    assert!(
+        gone_within(&mut con, "k", Duration::from_millis(100))
+            .await
+            .is_some(),
+        "a 60 s key on the local redis-server must expire at once after a +1 h step"
+    );
+    clock.step_ms(-3_600_000);
+    let back = node_time_ms(&mut con, "the local redis-server").await;
+    assert!(
+        (back - before).abs() <= CLOCK_SLACK_MS + 1_000,
+        "stepping back -1 h must bring the local redis-server's TIME back: {back} ms vs {before} ms"
+    );
+}

@@ -1,0 +1,658 @@
+//! The pure decision core of every lease: validity, watching, takeover and expiry, with time
+//! passed in. No I/O, no clock reads, no Redis: table-tested below.
+//!
+//! # The rule this module implements
+//! No safety decision reads a node's wall clock (Redis key expiry included): a node's clock may
+//! step at any time. Only the clients' monotonic clocks decide, and they are assumed to run at
+//! a rate within [`MAX_DRIFT_RATE`] of real time.
+//! - **Holder side.** A lease (or membership beat) is valid on its holder from the *send* time
+//!   of its last write that a majority applied, for `ttl - drift(ttl)`.
+//! - **Watcher side.** Another client may treat a lease as over only after it has seen the same
+//!   value (which never repeats: a random per-acquisition value plus a version that every
+//!   extension bumps), on the same node incarnation (`run_id`), for `ttl + drift(ttl)` counted
+//!   from the *receipt* of the first reply that showed it. For a lock it then replaces exactly
+//!   that value by compare-and-swap, bound to that incarnation.
+//!
+//! Why that is enough: let E be the holder's last write applied on a majority M_E, sent at s.
+//! The watcher acts on a majority M_W whose every node showed an unchanged value from its
+//! first reading r_n to its last (or its compare-and-swap) c_n. M_E and M_W share a node n. E
+//! cannot have been applied at n between r_n and c_n (the value would have changed, and values
+//! never repeat on one incarnation), nor after c_n (a lock's key is then someone else's, so E
+//! is rejected there; for a beat, see the membership docs), so it was applied before r_n, and
+//! s < r_n. The holder's validity ends at s + ttl - drift on its clock; the watcher acts at
+//! r_n + ttl + drift or later on its clock: with rates within [`MAX_DRIFT_RATE`] of real time,
+//! the first comes first. A node that restarts or loses its data changes its `run_id`, which
+//! restarts every watch of it, and a compare-and-swap carries the incarnation it watched.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The largest rate difference between a client's monotonic clock and real time that the
+/// margins cover: 0.5 %. (NTP slews a clock by at most 0.05 %.)
+pub const MAX_DRIFT_RATE: f64 = 0.005;
+
+/// The margin taken off (holder) or added to (watcher) a lease time: 1 % of it plus 2 ms
+/// (timer granularity), which covers [`MAX_DRIFT_RATE`] on both sides.
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// How long a holder's lease is valid after the send of its last write a majority applied.
+pub(crate) fn validity(ttl: Duration) -> Duration {
+    ttl.saturating_sub(drift(ttl))
+}
+
+/// End of a holder's validity for a write sent at `sent`.
+#[cfg_attr(not(test), allow(dead_code))] // membership uses it
+pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + validity(ttl)
+}
+
+/// How long a watcher must see a value unchanged before it may treat the lease as over.
+pub(crate) fn watch_window(ttl: Duration) -> Duration {
+    ttl + drift(ttl)
+}
+
+/// One node's observed state, tied to the node incarnation that showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seen<S> {
+    /// The node's `run_id` (its marker) when it answered.
+    pub(crate) run_id: Arc<str>,
+    /// What it showed.
+    pub(crate) state: S,
+}
+
+/// Per-node observations with the instant each one was first seen unchanged.
+#[derive(Clone, Debug)]
+pub(crate) struct Watch<S> {
+    /// Per node: what it showed, when first seen so, and when last seen so.
+    nodes: Vec<Option<(Seen<S>, Instant, Instant)>>,
+}
+
+impl<S: Clone + PartialEq> Watch<S> {
+    /// A watch of `n` nodes that has seen nothing yet.
+    pub(crate) fn new(n: usize) -> Self {
+        Watch {
+            nodes: vec![None; n],
+        }
+    }
+
+    /// Record that node `i` showed `seen`, in a reply received at `at`. A different state or
+    /// incarnation restarts that node's watch; the same one keeps its first instant. A node
+    /// that did not answer is simply not observed (its earlier observation stands: values never
+    /// repeat, so an unchanged value at two readings means unchanged in between).
+    pub(crate) fn observe(&mut self, i: usize, seen: Seen<S>, at: Instant) {
+        let Some(slot) = self.nodes.get_mut(i) else {
+            return;
+        };
+        match slot {
+            Some((old, _, last)) if *old == seen => *last = at,
+            _ => *slot = Some((seen, at, at)),
+        }
+    }
+
+    /// Forget node `i` (e.g. it answered with an error that says nothing about its state).
+    pub(crate) fn forget(&mut self, i: usize) {
+        if let Some(slot) = self.nodes.get_mut(i) {
+            *slot = None;
+        }
+    }
+
+    /// What node `i` showed, and since when.
+    pub(crate) fn get(&self, i: usize) -> Option<(&Seen<S>, Instant)> {
+        self.nodes
+            .get(i)
+            .and_then(Option::as_ref)
+            .map(|(s, first, _)| (s, *first))
+    }
+
+    /// How long node `i` has been seen unchanged, between its first and its latest reading
+    /// (what a watcher without a compare-and-swap may rely on).
+    pub(crate) fn span(&self, i: usize) -> Option<Duration> {
+        self.nodes
+            .get(i)
+            .and_then(Option::as_ref)
+            .map(|(_, first, last)| last.saturating_duration_since(*first))
+    }
+
+    /// Whether node `i` has shown `seen` unchanged for at least `window` at `now`.
+    pub(crate) fn unchanged_for(
+        &self,
+        i: usize,
+        seen: &Seen<S>,
+        window: Duration,
+        now: Instant,
+    ) -> bool {
+        self.get(i)
+            .is_some_and(|(s, since)| s == seen && now.saturating_duration_since(since) >= window)
+    }
+
+    /// The instant at which node `i`'s current observation will have lasted `window`.
+    pub(crate) fn ready_at(&self, i: usize, window: Duration) -> Option<Instant> {
+        self.get(i).map(|(_, since)| since + window)
+    }
+
+    /// Number of nodes watched.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// A lock key's state on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeyState {
+    /// No key: nobody holds the lease on this node.
+    Absent,
+    /// Held by the acquisition `value`, at extension `version`, for a lease time of `ttl`.
+    Held {
+        value: Arc<str>,
+        version: u64,
+        ttl: Duration,
+    },
+}
+
+/// What an acquisition attempt should send to each node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// Grant if the key is still exactly this (compare-and-swap), on this incarnation.
+    Swap(Seen<KeyState>),
+    /// Only read the state (the node is not ready for a swap).
+    Read,
+}
+
+/// The next step of an acquisition, decided from the watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Enough nodes are ready: send these asks (one per node) in one round.
+    Attempt(Vec<Ask>),
+    /// Not yet: a majority can be ready at this instant if nothing changes.
+    WaitUntil(Instant),
+}
+
+/// Decide an acquisition round from the watch, at `now`, needing `needed` nodes.
+///
+/// A node is ready when it was last seen with no key (nobody holds the lease there), or with a
+/// key unchanged for the key's own lease time plus drift. Nodes never observed are asked to
+/// grant if free (the optimistic first round). When fewer than `needed` nodes can be ready,
+/// the plan waits until the earliest instant at which `needed` would be.
+pub(crate) fn plan(watch: &Watch<KeyState>, needed: usize, now: Instant) -> Plan {
+    let mut asks = Vec::with_capacity(watch.len());
+    let mut ready = 0usize;
+    let mut later: Vec<Instant> = Vec::new();
+    for i in 0..watch.len() {
+        match watch.get(i) {
+            // Never seen: optimistic, grant if free (the script says what it holds otherwise).
+            None => {
+                asks.push(Ask::Swap(Seen {
+                    run_id: "".into(),
+                    state: KeyState::Absent,
+                }));
+                ready += 1;
+            }
+            Some((seen, _)) => match &seen.state {
+                KeyState::Absent => {
+                    asks.push(Ask::Swap(seen.clone()));
+                    ready += 1;
+                }
+                KeyState::Held { ttl, .. } => {
+                    let window = watch_window(*ttl);
+                    if watch.unchanged_for(i, seen, window, now) {
+                        asks.push(Ask::Swap(seen.clone()));
+                        ready += 1;
+                    } else {
+                        asks.push(Ask::Read);
+                        if let Some(at) = watch.ready_at(i, window) {
+                            later.push(at);
+                        }
+                    }
+                }
+            },
+        }
+    }
+    if ready >= needed {
+        return Plan::Attempt(asks);
+    }
+    later.sort();
+    let missing = needed - ready;
+    match later.get(missing - 1) {
+        Some(at) => Plan::WaitUntil(*at),
+        // Not enough nodes were ever seen: read again soon.
+        None => Plan::Attempt(asks),
+    }
+}
+
+/// The holder's view of one extension round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExtendVerdict {
+    /// A majority applied it and the lease was still valid when it was decided: the new
+    /// validity runs from the send time.
+    Extended,
+    /// So many nodes hold another value that no majority can ever extend: the lease is lost.
+    Conflict,
+    /// Not decided (nodes slow or down): try again before the validity ends.
+    Undecided,
+    /// Decided too late: the validity ended before the majority answered.
+    TooLate,
+}
+
+/// Judge an extension round: `applied` and `conflicts` (nodes that hold another value) out of
+/// `nodes`, needing `needed`; `decided_at` is when the round ended, `valid_until` the validity
+/// before it.
+pub(crate) fn judge_extension(
+    applied: usize,
+    conflicts: usize,
+    nodes: usize,
+    needed: usize,
+    decided_at: Instant,
+    valid_until: Instant,
+) -> ExtendVerdict {
+    if conflicts > nodes - needed {
+        ExtendVerdict::Conflict
+    } else if applied >= needed {
+        if decided_at < valid_until {
+            ExtendVerdict::Extended
+        } else {
+            ExtendVerdict::TooLate
+        }
+    } else {
+        ExtendVerdict::Undecided
+    }
+}
+
+/// One node's beats as read in one round: the node's index, its incarnation (`run_id`), and
+/// member key -> beat sequence.
+pub(crate) type BeatReading = (
+    usize,
+    Arc<str>,
+    std::collections::BTreeMap<String, Arc<str>>,
+);
+
+/// Beat entries to clean up: member key -> (node, the value it must still hold).
+pub(crate) type BeatGarbage = Vec<(String, Vec<(usize, Arc<str>)>)>;
+
+/// The leader's watch over a group's beats: per member key, per node, the beat value (or its
+/// absence), tied to the node incarnation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Beats {
+    watches: std::collections::BTreeMap<String, Watch<Option<Arc<str>>>>,
+}
+
+impl Beats {
+    /// Record one round of readings, received at `at`: for each node that answered, its
+    /// incarnation and every member key -> beat it holds. Members in `also` (the current view)
+    /// are watched even where no node holds them.
+    pub(crate) fn observe(
+        &mut self,
+        nodes: usize,
+        readings: &[BeatReading],
+        also: &std::collections::BTreeSet<String>,
+        at: Instant,
+    ) {
+        let mut keys: std::collections::BTreeSet<String> = also.clone();
+        for (_, _, beats) in readings {
+            keys.extend(beats.keys().cloned());
+        }
+        keys.extend(self.watches.keys().cloned());
+        for key in keys {
+            let w = self
+                .watches
+                .entry(key.clone())
+                .or_insert_with(|| Watch::new(nodes));
+            for (node, run_id, beats) in readings {
+                w.observe(
+                    *node,
+                    Seen {
+                        run_id: run_id.clone(),
+                        state: beats.get(&key).cloned(),
+                    },
+                    at,
+                );
+            }
+        }
+    }
+
+    /// Whether `member` is gone: on at least `needed` of the nodes read in this round
+    /// (`answered`), its beat (or its absence) has been seen unchanged, on one incarnation, for
+    /// `window` between the first and the latest reading. A member never seen is not gone.
+    pub(crate) fn gone(
+        &self,
+        member: &str,
+        answered: &[usize],
+        needed: usize,
+        window: Duration,
+    ) -> bool {
+        let Some(w) = self.watches.get(member) else {
+            return false;
+        };
+        answered
+            .iter()
+            .filter(|i| w.span(**i).is_some_and(|d| d >= window))
+            .count()
+            >= needed
+    }
+
+    /// Members present on at least one of the nodes read in this round.
+    pub(crate) fn present(&self, answered: &[usize]) -> std::collections::BTreeSet<String> {
+        self.watches
+            .iter()
+            .filter(|(_, w)| {
+                answered
+                    .iter()
+                    .any(|i| w.get(*i).is_some_and(|(s, _)| s.state.is_some()))
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The last beat value each node of `answered` showed for `member` (for a guarded
+    /// clean-up of a gone member's entries).
+    pub(crate) fn last_values(&self, member: &str, answered: &[usize]) -> Vec<(usize, Arc<str>)> {
+        let Some(w) = self.watches.get(member) else {
+            return Vec::new();
+        };
+        answered
+            .iter()
+            .filter_map(|i| {
+                w.get(*i)
+                    .and_then(|(s, _)| s.state.clone().map(|v| (*i, v)))
+            })
+            .collect()
+    }
+
+    /// Stop watching members that are gone, absent from every node of `answered`, and not
+    /// in `keep` (bounded memory).
+    pub(crate) fn prune(
+        &mut self,
+        answered: &[usize],
+        needed: usize,
+        window: Duration,
+        keep: &std::collections::BTreeSet<String>,
+    ) {
+        let present = self.present(answered);
+        let gone: Vec<String> = self
+            .watches
+            .keys()
+            .filter(|k| {
+                !keep.contains(*k)
+                    && !present.contains(*k)
+                    && self.gone(k, answered, needed, window)
+            })
+            .cloned()
+            .collect();
+        for k in gone {
+            self.watches.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(value: &str, version: u64, ttl_ms: u64) -> KeyState {
+        KeyState::Held {
+            value: value.into(),
+            version,
+            ttl: Duration::from_millis(ttl_ms),
+        }
+    }
+
+    fn seen(run: &str, state: KeyState) -> Seen<KeyState> {
+        Seen {
+            run_id: run.into(),
+            state,
+        }
+    }
+
+    #[test]
+    fn margins_are_one_percent_plus_two_milliseconds_each_side() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(10);
+        assert_eq!(drift(ttl), Duration::from_millis(102));
+        assert_eq!(valid_until(t0, ttl), t0 + Duration::from_millis(9_898));
+        assert_eq!(watch_window(ttl), Duration::from_millis(10_102));
+        // The holder's end, stretched by the worst drift, still comes before the watcher's
+        // start, shrunk by the worst drift.
+        let holder_real = 9_898.0 / (1.0 - MAX_DRIFT_RATE);
+        let watcher_real = 10_102.0 * (1.0 - MAX_DRIFT_RATE);
+        assert!(
+            holder_real < watcher_real,
+            "{holder_real} vs {watcher_real}"
+        );
+        // A tiny TTL keeps a positive validity.
+        assert!(valid_until(t0, Duration::from_millis(10)) > t0);
+    }
+
+    #[test]
+    fn a_watch_keeps_its_first_instant_until_the_value_or_the_incarnation_changes() {
+        let t0 = Instant::now();
+        let mut w = Watch::new(1);
+        let a5 = seen("r1", held("a", 5, 1000));
+        w.observe(0, a5.clone(), t0);
+        w.observe(0, a5.clone(), t0 + Duration::from_millis(600));
+        assert!(w.unchanged_for(
+            0,
+            &a5,
+            Duration::from_millis(1000),
+            t0 + Duration::from_millis(1000)
+        ));
+        // An extension bumps the version: the watch starts again.
+        let a6 = seen("r1", held("a", 6, 1000));
+        w.observe(0, a6.clone(), t0 + Duration::from_millis(1100));
+        assert!(!w.unchanged_for(
+            0,
+            &a6,
+            Duration::from_millis(1000),
+            t0 + Duration::from_millis(1500)
+        ));
+        // The same value on a new incarnation (restart, repair copy) starts again too.
+        let a6_new_run = seen("r2", held("a", 6, 1000));
+        w.observe(0, a6_new_run.clone(), t0 + Duration::from_millis(2200));
+        assert!(!w.unchanged_for(
+            0,
+            &a6_new_run,
+            Duration::from_millis(1000),
+            t0 + Duration::from_millis(3000)
+        ));
+        assert!(w.unchanged_for(
+            0,
+            &a6_new_run,
+            Duration::from_millis(1000),
+            t0 + Duration::from_millis(3200)
+        ));
+    }
+
+    #[test]
+    fn a_free_majority_is_taken_at_once() {
+        let t0 = Instant::now();
+        let mut w = Watch::new(3);
+        w.observe(0, seen("r0", KeyState::Absent), t0);
+        w.observe(1, seen("r1", held("a", 1, 10_000)), t0);
+        w.observe(2, seen("r2", KeyState::Absent), t0);
+        let Plan::Attempt(asks) = plan(&w, 2, t0) else {
+            panic!("two free nodes of three must be attempted at once");
+        };
+        assert_eq!(asks[0], Ask::Swap(seen("r0", KeyState::Absent)));
+        assert_eq!(
+            asks[1],
+            Ask::Read,
+            "a fresh holder's key must not be swapped"
+        );
+        assert_eq!(asks[2], Ask::Swap(seen("r2", KeyState::Absent)));
+    }
+
+    #[test]
+    fn a_held_key_is_swapped_only_after_its_own_ttl_plus_drift_unchanged() {
+        // Case A of the clock-step issue: node 0 and 1 hold A's lease, node 2 missed it. No
+        // node's clock matters: the contender must watch A's key for A's TTL.
+        let t0 = Instant::now();
+        let ttl = 20_000;
+        let mut w = Watch::new(3);
+        w.observe(0, seen("r0", held("a", 3, ttl)), t0);
+        w.observe(1, seen("r1", held("a", 3, ttl)), t0);
+        w.observe(2, seen("r2", KeyState::Absent), t0);
+        let window = watch_window(Duration::from_millis(ttl));
+        assert_eq!(
+            plan(&w, 2, t0 + Duration::from_secs(3)),
+            Plan::WaitUntil(t0 + window)
+        );
+        assert_eq!(
+            plan(&w, 2, t0 + window - Duration::from_millis(1)),
+            Plan::WaitUntil(t0 + window)
+        );
+        let Plan::Attempt(asks) = plan(&w, 2, t0 + window) else {
+            panic!("after the window the stale key may be swapped");
+        };
+        assert_eq!(asks[0], Ask::Swap(seen("r0", held("a", 3, ttl))));
+        assert_eq!(asks[2], Ask::Swap(seen("r2", KeyState::Absent)));
+    }
+
+    #[test]
+    fn a_holder_that_keeps_extending_is_never_taken_over() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_millis(900);
+        let mut w = Watch::new(3);
+        for step in 0..30u64 {
+            let at = t0 + Duration::from_millis(100 * step);
+            let version = step / 3 + 1; // an extension every 300 ms
+            for i in 0..3 {
+                w.observe(i, seen("r", held("a", version, 900)), at);
+            }
+            assert!(
+                matches!(plan(&w, 2, at), Plan::WaitUntil(_)),
+                "step {step}: a live holder was planned for takeover"
+            );
+        }
+        // It stops extending: after the window from the last change, it can be taken.
+        let last_change = t0 + Duration::from_millis(2700);
+        assert!(matches!(
+            plan(&w, 2, last_change + watch_window(ttl)),
+            Plan::Attempt(_)
+        ));
+    }
+
+    #[test]
+    fn the_wait_is_for_the_slowest_node_that_a_majority_needs() {
+        let t0 = Instant::now();
+        let mut w = Watch::new(5);
+        for i in 0..5 {
+            w.observe(
+                i,
+                seen("r", held("a", 1, 1000)),
+                t0 + Duration::from_millis(100 * i as u64),
+            );
+        }
+        let window = watch_window(Duration::from_millis(1000));
+        // Three of five are needed: the third-earliest observation decides.
+        assert_eq!(
+            plan(&w, 3, t0),
+            Plan::WaitUntil(t0 + Duration::from_millis(200) + window)
+        );
+    }
+
+    #[test]
+    fn nodes_never_seen_are_asked_optimistically() {
+        let t0 = Instant::now();
+        let w: Watch<KeyState> = Watch::new(3);
+        let Plan::Attempt(asks) = plan(&w, 2, t0) else {
+            panic!("a first round must be attempted");
+        };
+        assert!(asks
+            .iter()
+            .all(|a| matches!(a, Ask::Swap(s) if s.state == KeyState::Absent)));
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn readings(rows: &[(usize, &str, &[(&str, &str)])]) -> Vec<BeatReading> {
+        rows.iter()
+            .map(|(n, run, beats)| {
+                (
+                    *n,
+                    Arc::<str>::from(*run),
+                    beats
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), Arc::<str>::from(*v)))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_member_that_keeps_beating_is_never_gone_and_one_that_stops_is_gone_after_the_window() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let view: std::collections::BTreeSet<String> = ["m#1".to_string()].into();
+        let mut b = Beats::default();
+        for step in 0..20u64 {
+            let at = t0 + Duration::from_millis(100 * step);
+            let seq = (step / 5 + 1).to_string(); // a beat every 500 ms
+            let r = readings(&[
+                (0, "r0", &[("m#1", &seq)]),
+                (1, "r1", &[("m#1", &seq)]),
+                (2, "r2", &[]),
+            ]);
+            b.observe(3, &r, &view, at);
+            assert!(
+                !b.gone("m#1", &[0, 1, 2], 2, window),
+                "step {step}: a beating member was judged gone"
+            );
+        }
+        // It stops at seq 4 (last change at 1500 ms). Node 2 never had it: its absence has been
+        // unchanged since t0, but node 2 alone is not a majority.
+        let last_change = t0 + Duration::from_millis(1500);
+        let r = readings(&[
+            (0, "r0", &[("m#1", "4")]),
+            (1, "r1", &[("m#1", "4")]),
+            (2, "r2", &[]),
+        ]);
+        b.observe(
+            3,
+            &r,
+            &view,
+            last_change + window - Duration::from_millis(1),
+        );
+        assert!(!b.gone("m#1", &[0, 1, 2], 2, window));
+        b.observe(3, &r, &view, last_change + window);
+        assert!(b.gone("m#1", &[0, 1, 2], 2, window));
+        // Only readings of this round count: with node 1 unanswered, nodes 0 and 2 decide.
+        assert!(b.gone("m#1", &[0, 2], 2, window));
+        assert!(!b.gone("m#1", &[0], 2, window));
+    }
+
+    #[test]
+    fn a_wiped_node_restarts_its_watch_and_a_node_clock_plays_no_part() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let view = std::collections::BTreeSet::new();
+        let mut b = Beats::default();
+        let r = readings(&[(0, "r0", &[("m#1", "7")]), (1, "r1", &[("m#1", "7")])]);
+        b.observe(3, &r, &view, t0);
+        // Node 1 lost its data: a new incarnation without the beat.
+        let r = readings(&[(0, "r0", &[("m#1", "7")]), (1, "r1b", &[])]);
+        b.observe(3, &r, &view, t0 + Duration::from_millis(900));
+        b.observe(3, &r, &view, t0 + Duration::from_millis(1200));
+        assert!(
+            !b.gone("m#1", &[0, 1], 2, window),
+            "node 1's new incarnation was watched only 300 ms"
+        );
+        b.observe(3, &r, &view, t0 + Duration::from_millis(1900));
+        assert!(b.gone("m#1", &[0, 1], 2, window));
+        assert_eq!(b.present(&[0, 1]), ["m#1".to_string()].into());
+    }
+
+    #[test]
+    fn extension_verdicts() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(10);
+        use ExtendVerdict::*;
+        assert_eq!(judge_extension(2, 0, 3, 2, t0, later), Extended);
+        assert_eq!(judge_extension(2, 0, 3, 2, later, later), TooLate);
+        assert_eq!(judge_extension(1, 2, 3, 2, t0, later), Conflict);
+        assert_eq!(judge_extension(1, 1, 3, 2, t0, later), Undecided);
+        assert_eq!(judge_extension(3, 2, 5, 3, t0, later), Extended);
+        assert_eq!(judge_extension(2, 3, 5, 3, t0, later), Conflict);
+    }
+}

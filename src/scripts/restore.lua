@@ -1,0 +1,55 @@
+-- restore.lua: repair step for state that is not a plain monotonic register. Fills in what a
+-- quarantined node lost, from what a majority of the other nodes hold; never removes anything.
+--
+-- KEYS[1]  the key to restore.
+-- KEYS[2]  for mode "lease": the lock's fence key (rq:fence:<name> or rq:gfence:<group>).
+-- ARGV[1]  mode:
+--          "lease"  KEYS[1] is a lock key (hash v, n, t, see lock_acquire.lua); ARGV[2..5] are
+--                   its value, version, ttl ms and token. Written only if the node has no key
+--                   and its fence (already raised) is at most the token, so a copy never
+--                   blocks a later grant's holder.
+--          "max"    KEYS[1] is a hash of field -> integer (completion records, acks); ARGV[2..]
+--                   are field, value pairs; each field is raised to at least the value.
+--          "absent" KEYS[1] is a hash (membership beats); ARGV[2..] are field, value pairs; a
+--                   field is written only if the node lacks it.
+--
+-- Returns  the number of keys or fields written.
+local mode = ARGV[1]
+if mode == 'lease' then
+  local token = tonumber(ARGV[5])
+  if not token then
+    return redis.error_reply('ERR rq restore: bad token')
+  end
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
+  end
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if fence > token then
+    return 0
+  end
+  redis.call('HSET', KEYS[1], 'v', ARGV[2], 'n', ARGV[3], 't', ARGV[4])
+  if fence < token then
+    redis.call('SET', KEYS[2], ARGV[5])
+  end
+  return 1
+end
+local written = 0
+for i = 2, #ARGV - 1, 2 do
+  local field, value = ARGV[i], ARGV[i + 1]
+  local cur = redis.call('HGET', KEYS[1], field)
+  if mode == 'max' then
+    local want = tonumber(value)
+    if want and (not cur or (tonumber(cur) or 0) < want) then
+      redis.call('HSET', KEYS[1], field, value)
+      written = written + 1
+    end
+  elseif mode == 'absent' then
+    if not cur then
+      redis.call('HSET', KEYS[1], field, value)
+      written = written + 1
+    end
+  else
+    return redis.error_reply('ERR rq restore: bad mode')
+  end
+end
+return written

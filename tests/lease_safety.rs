@@ -1,0 +1,295 @@
+//! Leases stay exclusive when a node's wall clock steps or a node loses its copy: the two cases
+//! of issue 9, each run with the protection on (no second holder) and off (the classic Redlock
+//! behaviour: keys expire on the nodes' clocks, a lost copy stays lost), where the same story
+//! must end with two holders, or the test has no teeth.
+//!
+//! Every story keeps at most one node faulty at any instant, inside the README's fault model.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::init_tracing;
+use redquorum::{Client, Config, Error, Lock, LockGuard};
+use redquorum_testkit::{Cluster, TestNode};
+use tokio::time::Instant;
+
+/// Holder A's lease time: long enough that the whole story fits in one lease after A's last
+/// extension, so B can never take A's lease over legitimately (by watching it for its TTL).
+const TTL: Duration = Duration::from_secs(10);
+/// How long B tries.
+const B_WAIT: Duration = Duration::from_secs(2);
+
+async fn client(urls: &[String], protected: bool) -> Client {
+    let mut config = Config::from_urls(urls).expect("test URLs are valid");
+    if !protected {
+        config = config.with_server_clock_leases_for_tests();
+    }
+    Client::connect(config).await.expect("test config is valid")
+}
+
+/// The node's run_id, read directly.
+async fn run_id(node: &TestNode) -> String {
+    let mut con = node.direct_connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut con)
+        .await
+        .expect("INFO server");
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|s| s.trim().to_string())
+        .expect("INFO server has a run_id")
+}
+
+/// Wait until some client has repaired the node (its marker names its current run_id).
+async fn wait_repaired(node: &TestNode, trigger: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        // Any voting operation notices a quarantined node and repairs it.
+        let _ = trigger.ping().await;
+        let id = run_id(node).await;
+        let mut con = node.direct_connection().await;
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut con)
+            .await
+            .expect("GET marker");
+        if marker.as_deref() == Some(id.as_str()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} was not repaired within 20 s",
+            node.index()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether node `i` holds a copy of the lease with this token.
+async fn holds_copy(node: &TestNode, token: u64) -> bool {
+    let mut con = node.direct_connection().await;
+    let value: Option<String> = redis::cmd("HGET")
+        .arg("rq:lock:stepped")
+        .arg("v")
+        .query_async(&mut con)
+        .await
+        .unwrap_or(None);
+    value.is_some_and(|v| v.split(':').nth(1) == Some(token.to_string().as_str()))
+}
+
+/// The common start: node 2 is down while A acquires (so A's lease lives on nodes 0 and 1);
+/// node 2 comes back from its AOF and is repaired; A extends once (with the protection, that
+/// re-creates A's copy on node 2).
+async fn start_story(cluster: &Cluster, a: &Client) -> LockGuard {
+    cluster.node(2).kill().await;
+    let guard_a = Lock::new(a, "stepped", TTL)
+        .expect("valid lock")
+        .with_auto_extend(false)
+        .try_acquire()
+        .await
+        .expect("A acquires on nodes 0 and 1 while node 2 is down");
+    cluster.node(2).restart().await;
+    wait_repaired(cluster.node(2), a).await;
+    guard_a.extend().await.expect("A extends on a majority");
+    guard_a
+}
+
+/// B tries for [`B_WAIT`]. Returns a description of the violation if B got the lease while A's
+/// guard still said A held it.
+async fn b_tries(b: &Client, guard_a: &LockGuard) -> Option<String> {
+    let lock_b = Lock::new(b, "stepped", TTL).expect("valid lock");
+    match lock_b.acquire(B_WAIT).await {
+        Ok(guard_b) => {
+            let a_held = guard_a.is_held();
+            let left = guard_a
+                .valid_until()
+                .saturating_duration_since(Instant::now());
+            let token_b = guard_b.token();
+            let _ = guard_b.release().await;
+            a_held.then(|| {
+                format!(
+                    "two holders: B got token {token_b} while A (token {}) still held it for \
+                     {left:?} more",
+                    guard_a.token()
+                )
+            })
+        }
+        Err(Error::Timeout { .. } | Error::LockHeld { .. }) => None,
+        Err(other) => panic!("B's acquisition failed for another reason: {other}"),
+    }
+}
+
+/// Case B: a node that missed the grant returns, then another node is wiped.
+async fn case_b_wiped_node_after_a_missed_grant(protected: bool) -> Option<String> {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(&cluster.urls(), protected).await;
+    let guard_a = start_story(&cluster, &a).await;
+    if protected {
+        assert!(
+            holds_copy(cluster.node(2), guard_a.token().get()).await,
+            "A's extension must re-create its copy on node 2, which missed the grant"
+        );
+    }
+    cluster.node(1).wipe_and_restart().await;
+    let b = client(&cluster.urls(), protected).await;
+    wait_repaired(cluster.node(1), &b).await;
+    if protected {
+        assert!(
+            holds_copy(cluster.node(1), guard_a.token().get()).await,
+            "repair must restore A's copy on the wiped node 1"
+        );
+    }
+    assert!(
+        guard_a.is_held(),
+        "A's lease must still be valid when B tries"
+    );
+    b_tries(&b, &guard_a).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_after_a_missed_grant_admits_no_second_holder() {
+    if let Some(v) = case_b_wiped_node_after_a_missed_grant(true).await {
+        panic!("case B with the protection on: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_protection_a_wiped_node_after_a_missed_grant_admits_two_holders() {
+    let v = case_b_wiped_node_after_a_missed_grant(false).await;
+    assert!(
+        v.is_some(),
+        "with server-clock leases and no copy restore, B must get the lease while A holds it \
+         (otherwise this story does not exercise the hole)"
+    );
+    println!("unprotected case B, as expected: {}", v.unwrap_or_default());
+}
+
+/// Case A: one node's wall clock steps forward 120 s while A holds the lease on it and on a node
+/// that missed the grant returned.
+async fn case_a_one_nodes_clock_steps(protected: bool) -> Option<String> {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(&cluster.urls(), protected).await;
+    let guard_a = start_story(&cluster, &a).await;
+    if protected {
+        assert!(
+            holds_copy(cluster.node(2), guard_a.token().get()).await,
+            "A's extension must re-create its copy on node 2, which missed the grant"
+        );
+    }
+    cluster.node(0).step_clock_ms(120_000);
+    // Give Redis's active expiry a moment (a lazy expiry would happen on access anyway).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = client(&cluster.urls(), protected).await;
+    assert!(
+        guard_a.is_held(),
+        "A's lease must still be valid when B tries"
+    );
+    b_tries(&b, &guard_a).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_clock_stepping_forward_admits_no_second_holder() {
+    if let Some(v) = case_a_one_nodes_clock_steps(true).await {
+        panic!("case A with the protection on: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_protection_a_nodes_clock_step_admits_two_holders() {
+    let v = case_a_one_nodes_clock_steps(false).await;
+    assert!(
+        v.is_some(),
+        "with server-clock leases, node 0's +120 s step must expire A's copy and let B in while \
+         A holds (otherwise this story does not exercise the hole)"
+    );
+    println!("unprotected case A, as expected: {}", v.unwrap_or_default());
+}
+
+/// One holder's tenure as the holder saw it.
+#[derive(Clone, Debug)]
+struct Tenure {
+    who: usize,
+    token: u64,
+    from: Instant,
+    until: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_steps_forward_and_back_on_one_node_after_another_never_admit_two_holders() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let tenures = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Tenure>::new()));
+    let stop_at = Instant::now() + Duration::from_secs(9);
+    let mut racers = Vec::new();
+    for who in 0..4 {
+        let c = client(&cluster.urls(), true).await;
+        let tenures = tenures.clone();
+        racers.push(tokio::spawn(async move {
+            let lock = Lock::new(&c, "stepping", Duration::from_millis(800)).expect("valid lock");
+            while Instant::now() < stop_at {
+                let Ok(g) = lock.acquire(Duration::from_millis(1500)).await else {
+                    continue;
+                };
+                let from = Instant::now();
+                // Hold across extensions, so steps hit live leases.
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let until = Instant::now();
+                let held = g.is_held();
+                let token = g.token().get();
+                let _ = g.release().await;
+                if held {
+                    tenures.lock().expect("tenures").push(Tenure {
+                        who,
+                        token,
+                        from,
+                        until,
+                    });
+                }
+            }
+        }));
+    }
+    // The nemesis: steps large and small, forward and back, on one node after another; a
+    // forward step is undone before the next one (at most one node is off at any instant).
+    let steps: &[(usize, i64)] = &[
+        (0, 120_000),
+        (0, -120_000),
+        (1, 3_000),
+        (1, -3_000),
+        (2, -60_000),
+        (2, 60_000),
+        (0, 600),
+        (0, -600),
+        (1, 86_400_000),
+        (1, -86_400_000),
+    ];
+    for (node, delta) in steps {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        cluster.node(*node).step_clock_ms(*delta);
+    }
+    for r in racers {
+        r.await.expect("racer");
+    }
+    let mut t = tenures.lock().expect("tenures").clone();
+    println!("{} tenures under {} clock steps", t.len(), steps.len());
+    assert!(t.len() >= 5, "progress: only {} tenures in 9 s", t.len());
+    t.sort_by_key(|x| x.from);
+    for w in t.windows(2) {
+        assert!(
+            w[1].from >= w[0].until,
+            "two holders at once: client {} (token {}) until {:?} and client {} (token {}) from {:?}",
+            w[0].who,
+            w[0].token,
+            w[0].until,
+            w[1].who,
+            w[1].token,
+            w[1].from
+        );
+        assert!(w[1].token > w[0].token, "tokens must increase with tenures");
+    }
+}
