@@ -482,8 +482,20 @@ async fn a_frozen_redis_node_a_slow_drain_hook_and_clock_steps_leave_every_lease
         for (from, until, _) in ints.iter().filter(|(_, u, _)| *u > settled_at) {
             assert!(
                 *from <= covered_until + Duration::from_millis(5),
-                "member {id} owned nothing for {} (its own lease lapsed or it was dropped)",
-                ms(*from - covered_until)
+                "member {id} owned nothing for {} (its own lease lapsed or it was dropped); \
+                 its history since settling (ms after settling: version, state, valid for): {:?}",
+                ms(*from - covered_until),
+                h.iter()
+                    .filter(|(t, _)| *t + Duration::from_secs(2) > settled_at)
+                    .map(|(t, a)| (
+                        t.saturating_duration_since(settled_at).as_millis(),
+                        a.as_ref().map(|a| (
+                            a.version,
+                            a.state,
+                            a.valid_until.saturating_duration_since(*t).as_millis()
+                        ))
+                    ))
+                    .collect::<Vec<_>>()
             );
             covered_until = covered_until.max(*until);
         }

@@ -494,10 +494,12 @@ async fn beat_loop(shared: Arc<Shared>, lease: Duration) {
             drop(cur);
             shared.beaten.notify_one();
         }
-        // The first beat goes out at once (a fast join); the skew shifts the later ones once.
+        // The first beat goes out at once (a fast join); the skew shifts the later ones once,
+        // EARLIER (one gap shorter than an interval): a later shift would stretch one gap past
+        // the lease, which outlives a beat by only a quarter interval.
         // A beat that did not reach a majority is retried soon, well before the lease ends.
         let next = if ok {
-            sent.mono + interval + std::mem::take(&mut skew_left)
+            sent.mono + interval.saturating_sub(std::mem::take(&mut skew_left))
         } else {
             Instant::now() + interval / 8
         };
