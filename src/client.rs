@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 
-use crate::config::{Config, SafetyMode};
+use crate::cluster::{self, Adoption, Standing};
+use crate::config::{Config, ConfigError, SafetyMode};
 use crate::error::{Error, NoQuorum};
 use crate::node::Node;
 use crate::quorum::fanout::{self, NodeCall, Wait};
@@ -34,14 +35,43 @@ impl Targets {
     }
 }
 
+/// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
+type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;
+
+/// What every per-node call of one fan-out shares.
+struct NodeCallSetup {
+    node_timeout: Duration,
+    voting_only: bool,
+    cluster_id: Option<Arc<str>>,
+    claims: Claims,
+}
+
 /// One node's connection, handed to a quorum operation's per-node step.
 pub(crate) struct NodeConn {
     /// The node's position in the configuration.
     pub(crate) node: usize,
     pub(crate) conn: MultiplexedConnection,
-    /// The marker value this node must hold for its vote to count (its run_id), or `*` when
-    /// amnesia protection is off.
+    /// The marker value this node must hold for its vote to count (`<run_id>/<cluster id>`,
+    /// see [`crate::cluster`]), or `*` when amnesia protection is off. It also names the
+    /// node's incarnation (it changes when the server restarts).
     pub(crate) marker: Arc<str>,
+    /// The server's run_id when this connection was opened.
+    pub(crate) run_id: Arc<str>,
+}
+
+/// What the client concludes from its nodes' latest probes, recomputed when any node
+/// records a new probe.
+pub(crate) struct Verdicts {
+    /// The sum of node probe versions these verdicts came from.
+    version: u64,
+    /// The cluster this client works in.
+    pub(crate) adoption: Adoption,
+    /// The adopted cluster's id, shared by every request of a fan-out.
+    pub(crate) cluster_id: Option<Arc<str>>,
+    /// Per node: why it may not vote, if it may not.
+    exclusions: Vec<Option<String>>,
+    /// Per node: why it must be repaired, if it is quarantined (and may be repaired).
+    quarantine: Vec<Option<String>>,
 }
 
 /// A handle on N independent Redis nodes. Cheap to clone; clones share connections.
@@ -58,8 +88,8 @@ pub(crate) struct Inner {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) urls: Vec<String>,
     pub(crate) majority: Majority,
-    /// Cached voting verdicts per node, with the sum of node probe versions they came from.
-    verdicts: std::sync::Mutex<Option<(u64, Vec<Option<String>>)>>,
+    /// Cached verdicts (cluster adoption, voting, quarantine).
+    verdicts: std::sync::Mutex<Option<Arc<Verdicts>>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -136,6 +166,10 @@ impl Client {
             let deadline = client.inner.config.operation_timeout;
             let repairs = quarantined.into_iter().map(|i| client.repair(i));
             let _ = tokio::time::timeout(deadline, futures::future::join_all(repairs)).await;
+        }
+        // A client whose node list is not the cluster's is refused before it does anything.
+        if let Adoption::Refused(why) = &client.verdicts().adoption {
+            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
         }
         Ok(client)
     }
@@ -235,6 +269,24 @@ impl Client {
 
     /// Build node `i`'s report from its latest probe.
     fn report(&self, i: usize) -> NodeReport {
+        let verdicts = self.verdicts();
+        self.report_with(i, &verdicts.adoption)
+    }
+
+    /// The cluster these nodes' descriptors name, judged against this client's node list.
+    fn judge_adoption(&self) -> Adoption {
+        let inner = &self.inner;
+        let ours: Vec<String> = inner.config.nodes.iter().map(|u| u.name().to_string()).collect();
+        let seen: Vec<Result<cluster::Descriptor, String>> = inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0.and_then(|p| p.cluster))
+            .map(|raw| cluster::Descriptor::decode(&raw))
+            .collect();
+        cluster::adopt(&ours, &seen, inner.config.cluster_identity)
+    }
+
+    fn report_with(&self, i: usize, adoption: &Adoption) -> NodeReport {
         let inner = &self.inner;
         let snapshots: Vec<_> = inner.nodes.iter().map(|n| n.snapshot()).collect();
         let run_ids: Vec<Option<&str>> = snapshots
@@ -244,10 +296,7 @@ impl Client {
         let duplicates = duplicate_servers(&run_ids);
         let (probe, restarted_from) = snapshots.get(i).cloned().unwrap_or((None, None));
         let mut findings = match &probe {
-            Some(p) => p.findings(
-                inner.config.attest_fsync_always,
-                inner.config.amnesia_protection,
-            ),
+            Some(p) => p.findings(inner.config.attest_fsync_always),
             None => vec![Finding::Unreachable(
                 inner.nodes[i]
                     .last_error()
@@ -256,6 +305,19 @@ impl Client {
         };
         if let Some(Some(first)) = duplicates.get(i) {
             findings.push(Finding::SameServerAs(*first));
+        }
+        if let (Some(p), true) = (&probe, inner.config.amnesia_protection) {
+            if let Adoption::Refused(why) = adoption {
+                findings.push(Finding::OtherCluster(why.clone()));
+            } else {
+                match cluster::standing(p.marker.as_deref(), p.run_id.as_deref(), adoption) {
+                    Standing::Member => {}
+                    Standing::Quarantined { reason, .. } => {
+                        findings.push(Finding::Quarantined(reason))
+                    }
+                    Standing::Stranger(why) => findings.push(Finding::OtherCluster(why)),
+                }
+            }
         }
         if let (Some(prev), Some(cur)) = (
             restarted_from,
@@ -279,11 +341,9 @@ impl Client {
         }
     }
 
-    /// Why node `i` may not vote right now, if it may not.
-    ///
-    /// Verdicts are computed for all nodes at once and cached until any node records a new
-    /// probe, so the per-request cost is one lock and a clone of a short string.
-    pub(crate) fn exclusion(&self, i: usize) -> Option<String> {
+    /// The client's current verdicts: computed for all nodes at once and cached until any
+    /// node records a new probe, so the per-request cost is one lock and an `Arc` clone.
+    pub(crate) fn verdicts(&self) -> Arc<Verdicts> {
         let version: u64 = self.inner.nodes.iter().map(|n| n.probe_version()).sum();
         {
             let cache = self
@@ -291,36 +351,53 @@ impl Client {
                 .verdicts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if let Some((v, verdicts)) = cache.as_ref() {
-                if *v == version {
-                    return verdicts.get(i).cloned().flatten();
-                }
+            if let Some(v) = cache.as_ref().filter(|v| v.version == version) {
+                return v.clone();
             }
         }
-        let verdicts: Vec<Option<String>> = (0..self.inner.nodes.len())
-            .map(|j| self.compute_exclusion(j))
-            .collect();
-        let out = verdicts.get(i).cloned().flatten();
+        let adoption = self.judge_adoption();
+        let mut exclusions = Vec::with_capacity(self.inner.nodes.len());
+        let mut quarantine = Vec::with_capacity(self.inner.nodes.len());
+        for i in 0..self.inner.nodes.len() {
+            let report = self.report_with(i, &adoption);
+            let reasons: Vec<String> = report
+                .findings
+                .iter()
+                .filter(|f| f.severity() == Severity::Unsafe)
+                .map(ToString::to_string)
+                .collect();
+            exclusions.push((!report.votes).then(|| reasons.join("; ")));
+            quarantine.push(report.findings.iter().find_map(|f| match f {
+                Finding::Quarantined(why) => Some(why.clone()),
+                _ => None,
+            }));
+        }
+        let verdicts = Arc::new(Verdicts {
+            version,
+            cluster_id: adoption.id().map(Arc::from),
+            adoption,
+            exclusions,
+            quarantine,
+        });
         *self
             .inner
             .verdicts
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((version, verdicts));
-        out
+            .unwrap_or_else(|p| p.into_inner()) = Some(verdicts.clone());
+        verdicts
     }
 
-    fn compute_exclusion(&self, i: usize) -> Option<String> {
-        let report = self.report(i);
-        if report.votes {
+    /// Why node `i` may not vote right now, if it may not.
+    pub(crate) fn exclusion(&self, i: usize) -> Option<String> {
+        self.verdicts().exclusions.get(i).cloned().flatten()
+    }
+
+    /// Why node `i` must be repaired before it votes, if it must (and may be).
+    pub(crate) fn quarantine_reason(&self, i: usize) -> Option<String> {
+        if !self.inner.config.amnesia_protection {
             return None;
         }
-        let reasons: Vec<String> = report
-            .findings
-            .iter()
-            .filter(|f| f.severity() == Severity::Unsafe)
-            .map(ToString::to_string)
-            .collect();
-        Some(reasons.join("; "))
+        self.verdicts().quarantine.get(i).cloned().flatten()
     }
 
     /// Turn a tally into `Ok` when a majority applied, or a [`NoQuorum`] error.
@@ -434,6 +511,11 @@ impl Client {
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
     {
         let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
+        // One cluster id for the whole fan-out, and one vote per server: the first node of
+        // this fan-out to reach a server claims it, so a second URL to the same server is
+        // excluded from the very first fan-out (before any probe comparison could notice).
+        let cluster_id = self.verdicts().cluster_id.clone();
+        let claims: Claims = Arc::default();
         let calls: Vec<(NodeId, NodeCall<T>)> = self
             .inner
             .nodes
@@ -446,8 +528,12 @@ impl Client {
                 } else {
                     Box::pin(self.clone().call_node(
                         node.clone(),
-                        node_timeout,
-                        voting_only,
+                        NodeCallSetup {
+                            node_timeout,
+                            voting_only,
+                            cluster_id: cluster_id.clone(),
+                            claims: claims.clone(),
+                        },
                         op.clone(),
                     ))
                 };
@@ -470,14 +556,19 @@ impl Client {
     async fn call_node<T, F, Fut>(
         self,
         node: Arc<Node>,
-        node_timeout: Duration,
-        voting_only: bool,
+        setup: NodeCallSetup,
         op: F,
     ) -> NodeOutcome<T>
     where
         F: Fn(NodeConn) -> Fut,
         Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>>,
     {
+        let NodeCallSetup {
+            node_timeout,
+            voting_only,
+            cluster_id,
+            claims,
+        } = setup;
         let mut generation = None;
         let outcome = tokio::time::timeout(node_timeout, async {
             let lease = match node.connection().await {
@@ -493,9 +584,23 @@ impl Client {
                     return NodeOutcome::Unknown(UnknownCause::Excluded(why));
                 }
             }
+            // (Raw fan-outs, for repair and checks, see every URL and count servers
+            // themselves.)
+            if voting_only && !lease.run_id.is_empty() {
+                let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner());
+                match claims.iter().find(|(r, _)| *r == lease.run_id) {
+                    Some((_, first)) if *first != node.id.0 => {
+                        return NodeOutcome::Unknown(UnknownCause::Excluded(format!(
+                            "the same server as node {first} (run_id), counted once"
+                        )));
+                    }
+                    Some(_) => {}
+                    None => claims.push((lease.run_id.clone(), node.id.0)),
+                }
+            }
             self.maybe_reprobe(&node);
             let marker: Arc<str> = if self.inner.config.amnesia_protection {
-                lease.run_id.clone()
+                cluster::marker_value(&lease.run_id, cluster_id.as_deref().unwrap_or("")).into()
             } else {
                 "*".into()
             };
@@ -503,6 +608,7 @@ impl Client {
                 node: node.id.0,
                 conn: lease.conn,
                 marker,
+                run_id: lease.run_id.clone(),
             };
             match op(conn).await {
                 Ok(outcome) => outcome,

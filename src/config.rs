@@ -24,6 +24,8 @@ pub struct NodeUrl {
     redacted: String,
     /// Normalized identity used to detect duplicates: scheme, lower-cased host, port, db, user.
     identity: String,
+    /// The node's name in a cluster descriptor: the URL without password or fragment.
+    name: String,
     secret: Option<String>,
 }
 
@@ -107,6 +109,14 @@ impl NodeUrl {
         Ok(NodeUrl {
             info,
             redacted: format!("{scheme}://{auth}{host_shown}:{port}{db_shown}{fragment}"),
+            name: format!(
+                "{scheme}://{}{host_shown}:{port}{db_shown}",
+                if user.is_empty() {
+                    String::new()
+                } else {
+                    format!("{user}@")
+                }
+            ),
             identity: format!("{scheme}://{user}@{host_shown}:{port}/{db}"),
             secret,
         })
@@ -115,6 +125,12 @@ impl NodeUrl {
     /// The URL with the password replaced by `***`.
     pub fn redacted(&self) -> &str {
         &self.redacted
+    }
+
+    /// The node's name in the cluster descriptor: scheme, user, host, port and database,
+    /// without password (every client should spell a node the same way).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub(crate) fn connection_info(&self) -> redis::ConnectionInfo {
@@ -232,6 +248,7 @@ pub struct Config {
     pub(crate) amnesia_protection: bool,
     pub(crate) quorum_override: Option<usize>,
     pub(crate) server_clock_leases: bool,
+    pub(crate) cluster_identity: bool,
 }
 
 /// Smallest duration accepted anywhere.
@@ -278,6 +295,7 @@ impl Config {
             amnesia_protection: true,
             quorum_override: None,
             server_clock_leases: false,
+            cluster_identity: true,
         })
     }
 
@@ -360,6 +378,16 @@ impl Config {
     #[doc(hidden)]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
+        self
+    }
+
+    /// TEST ONLY: adopt whatever cluster descriptor the nodes hold even when it lists another
+    /// number of nodes, and repair nodes the descriptor does not list: a client with another
+    /// node list then counts majorities over another set of servers, so a test can show the
+    /// broken order this protection prevents. Never use it in production.
+    #[doc(hidden)]
+    pub fn without_cluster_identity_for_tests(mut self) -> Self {
+        self.cluster_identity = false;
         self
     }
 
@@ -453,6 +481,9 @@ impl Config {
                 "quorum overridden to {q} of {n} (test-only switch): majorities may not intersect"
             ));
         }
+        if !self.cluster_identity {
+            out.push("cluster identity is not checked (test-only switch): a client with another node list can count majorities that do not intersect".into());
+        }
         if self.server_clock_leases {
             out.push("leases expire on the nodes' wall clocks (test-only switch): one node's clock step or lost copy can admit two holders".into());
         }
@@ -520,6 +551,9 @@ pub enum ConfigError {
         /// Largest allowed.
         max: Duration,
     },
+    /// The nodes belong to a cluster with another node list (or to unrelated clusters).
+    #[error("refused: {0}")]
+    ClusterMismatch(String),
     /// Two settings that cannot both hold.
     #[error("contradictory timeouts: {0}")]
     Contradiction(String),

@@ -21,6 +21,8 @@ pub const MAX_NAME_BYTES: usize = 512;
 pub(crate) enum KeyKind {
     /// Per-node marker proving the node has not lost its data (no user name).
     Marker,
+    /// The cluster descriptor (JSON: node names and cluster id), same on every node.
+    Cluster,
     /// A monotonic ID sequence's current maximum.
     Id,
     /// A lease (lock) key: a hash {v: holder value, n: version, t: ttl ms}; never expires.
@@ -45,6 +47,7 @@ impl KeyKind {
     fn word(self) -> &'static str {
         match self {
             KeyKind::Marker => "marker",
+            KeyKind::Cluster => "cluster",
             KeyKind::Id => "id",
             KeyKind::Lock => "lock",
             KeyKind::Fence => "fence",

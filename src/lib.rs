@@ -34,6 +34,7 @@
 //! ```
 
 mod client;
+pub mod cluster;
 mod clock;
 mod config;
 mod election;

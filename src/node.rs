@@ -287,7 +287,7 @@ impl Node {
 
 /// Read what the safety check needs in ONE round trip (a pipeline): PING (latency), INFO
 /// server/persistence/memory, CONFIG GET appendfsync (which an ACL may forbid: then the
-/// policy is unverified), and the node marker.
+/// policy is unverified), the node marker and the cluster descriptor.
 async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
     let t0 = Instant::now();
     let wall0 = std::time::SystemTime::now();
@@ -303,16 +303,19 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
         .arg("appendfsync")
         .arg("no-appendfsync-on-rewrite")
         .cmd("GET")
-        .arg(fixed_key(KeyKind::Marker));
+        .arg(fixed_key(KeyKind::Marker))
+        .cmd("GET")
+        .arg(fixed_key(KeyKind::Cluster));
     let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(conn).await?;
     let latency = t0.elapsed();
-    if replies.len() != 4 {
+    if replies.len() != 5 {
         return Err(redis::RedisError::from((
             redis::ErrorKind::Client,
             "safety probe",
-            format!("expected 4 replies, got {}", replies.len()),
+            format!("expected 5 replies, got {}", replies.len()),
         )));
     }
+    let cluster = replies.pop().unwrap_or(Ok(redis::Value::Nil));
     let marker = replies.pop().unwrap_or(Ok(redis::Value::Nil));
     let config = replies.pop().unwrap_or(Ok(redis::Value::Nil));
     let info = replies.pop().unwrap_or(Ok(redis::Value::Nil));
@@ -352,5 +355,6 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
         }
     }
     probe.marker = redis::from_redis_value(marker?)?;
+    probe.cluster = redis::from_redis_value(cluster?)?;
     Ok(probe)
 }

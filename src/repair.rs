@@ -47,7 +47,8 @@ use crate::client::{Client, NodeConn, Targets};
 use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
+use crate::cluster::{self, Adoption, Descriptor, Standing};
+use crate::scripts::{CLUSTER_INIT, RAISE, RESTORE, VIEW_WRITE};
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
 /// names never reach a SCAN pattern.
@@ -174,15 +175,6 @@ pub(crate) enum RepairOutcome {
 }
 
 impl Client {
-    /// Why node `i` must be repaired before it votes, if it must.
-    pub(crate) fn quarantine_reason(&self, i: usize) -> Option<String> {
-        if !self.inner.config.amnesia_protection {
-            return None;
-        }
-        let (probe, _) = self.inner.nodes.get(i)?.snapshot();
-        probe?.quarantine_reason()
-    }
-
     /// Start a repair of node `i` in the background unless one is running.
     pub(crate) fn spawn_repair(&self, i: usize) {
         let Some(node) = self.inner.nodes.get(i).cloned() else {
@@ -246,13 +238,36 @@ impl Client {
             Ok(p) => p,
             Err(e) => return RepairOutcome::Deferred(format!("cannot probe the node: {e}")),
         };
-        let reason = match (inner.config.amnesia_protection, probe.quarantine_reason()) {
-            (true, Some(reason)) => reason,
-            _ => return RepairOutcome::NotNeeded,
+        if !inner.config.amnesia_protection {
+            return RepairOutcome::NotNeeded;
+        }
+        let adoption = self.verdicts().adoption.clone();
+        let (reason, needs_listing) = match (
+            &adoption,
+            cluster::standing(probe.marker.as_deref(), probe.run_id.as_deref(), &adoption),
+        ) {
+            (Adoption::Refused(why), _) => return RepairOutcome::Deferred(why.clone()),
+            (_, Standing::Stranger(why)) => return RepairOutcome::Deferred(why),
+            (_, Standing::Member) => return RepairOutcome::NotNeeded,
+            (_, Standing::Quarantined {
+                reason,
+                needs_listing,
+            }) => (reason, needs_listing),
         };
         let Some(run_id) = probe.run_id.clone() else {
             return RepairOutcome::Deferred("the node reports no run_id".into());
         };
+        let name = inner.config.nodes[i].name().to_string();
+        if let Adoption::Adopted(d) = &adoption {
+            if needs_listing && inner.config.cluster_identity && !d.lists(&name) {
+                return RepairOutcome::Deferred(format!(
+                    "{name} is not one of the nodes of cluster {} ({}): a client enlists a \
+                     node only by a URL the cluster lists",
+                    d.id,
+                    d.describe()
+                ));
+            }
+        }
         // A node without a marker is normal once, in a new cluster: say so quietly here; the
         // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
         tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
@@ -260,9 +275,7 @@ impl Client {
         // Settle: a write that the node applied before it lost its data may still be on its
         // way to the other nodes, and a client counts a reply only within its node timeout of
         // sending. Reading the others after that long sees every write a client counted.
-        if inner.config.amnesia_protection {
-            tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
-        }
+        tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
         let deadline = Some(inner.config.operation_timeout);
         let tally = self
             .fan_out_raw(
@@ -274,123 +287,210 @@ impl Client {
             )
             .await;
         let needed = inner.majority.needed();
-        let mut seen_servers = HashSet::new();
-        let mut sources: Vec<&Holdings> = Vec::new();
-        let mut marked = 0usize;
-        let mut any_registers = false;
-        for (id, h) in tally.replies() {
-            if !seen_servers.insert(h.run_id.clone()) {
-                continue; // a second URL to a server already counted
-            }
-            any_registers |= !h.registers.is_empty();
-            if h.marker.is_some() {
-                marked += 1;
-                if id.0 != i {
-                    sources.push(h);
-                }
-            }
-        }
+        let replies: Vec<(usize, &Holdings)> = tally.replies().map(|(id, h)| (id.0, h)).collect();
 
-        if sources.len() >= needed {
-            let mut target: BTreeMap<String, u64> = BTreeMap::new();
-            for h in &sources {
-                for (k, v) in &h.registers {
-                    let e = target.entry(k.clone()).or_insert(0);
-                    *e = (*e).max(*v);
-                }
+        if let Adoption::Adopted(d) = &adoption {
+            let sources = choose_sources(&replies, i, &d.id, needed);
+            if sources.len() >= needed {
+                return self
+                    .write_repair(i, &sources, d, &run_id)
+                    .await;
             }
-            let pairs: Vec<(String, u64)> = target.into_iter().collect();
-            let mut best_views: BTreeMap<String, (u64, String)> = BTreeMap::new();
-            for h in &sources {
-                for (k, (t, v)) in &h.views {
-                    if best_views.get(k).is_none_or(|(bt, _)| t > bt) {
-                        best_views.insert(k.clone(), (*t, v.clone()));
-                    }
-                }
-            }
-            let views: Vec<(String, (u64, String))> = best_views.into_iter().collect();
-            let restores = if inner.config.server_clock_leases {
-                // TEST ONLY: the unsafe Redlock behaviour, where a lost lease copy or beat
-                // stays lost.
-                let mut hashes = merge_restores(&sources).hashes;
-                hashes.retain(|k, _| !k.starts_with("rq:members:"));
-                Restores {
-                    hashes,
-                    ..Restores::default()
-                }
-            } else {
-                merge_restores(&sources)
-            };
-            let restores = std::sync::Arc::new(restores);
-            let run_id2 = run_id.clone();
-            let write = self
-                .fan_out_raw(
-                    "repair.raise",
-                    Wait::All,
-                    Targets::Only(i),
-                    deadline,
-                    move |nc: NodeConn| {
-                        let (pairs, views, restores) =
-                            (pairs.clone(), views.clone(), restores.clone());
-                        let run_id = run_id2.clone();
-                        async move { raise_and_mark(nc, &pairs, &views, &restores, &run_id).await }
-                    },
-                )
-                .await;
-            let _ = node.reprobe().await;
-            return match write.results().get(i).map(|r| &r.outcome) {
-                Some(NodeOutcome::Applied(raised)) => RepairOutcome::Repaired { raised: *raised },
-                Some(NodeOutcome::Rejected(_)) => {
-                    RepairOutcome::Deferred("the node restarted during its repair".into())
-                }
-                other => RepairOutcome::Deferred(format!("writing the repair failed: {other:?}")),
-            };
         }
-        // Every configured URL must answer (a second URL to one server answers too).
-        let answered = tally.replies().count();
+        // A new cluster (or one whose bootstrap was cut short): every configured node
+        // answers, fewer than a majority are marked, and no node holds any register.
+        let answered = replies.len();
+        let any_registers = replies.iter().any(|(_, h)| !h.registers.is_empty());
+        let marked = replies.iter().filter(|(_, h)| h.marker.is_some()).count();
         if answered == inner.nodes.len() && marked < needed && !any_registers {
-            let tally = self
-                .fan_out_raw(
-                    "repair.bootstrap",
-                    Wait::All,
-                    Targets::All,
-                    deadline,
-                    |mut nc: NodeConn| async move {
-                        let set: bool = redis::cmd("SET")
-                            .arg(fixed_key(KeyKind::Marker))
-                            .arg(&*nc.marker)
-                            .arg("NX")
-                            .query_async::<Option<String>>(&mut nc.conn)
-                            .await?
-                            .is_some();
-                        Ok(if set {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
-                        })
-                    },
-                )
-                .await;
-            for n in &inner.nodes {
-                let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
-            }
-            return RepairOutcome::Bootstrapped {
-                marked: tally.applied(),
+            let ours: Vec<String> = inner
+                .config
+                .nodes
+                .iter()
+                .map(|u| u.name().to_string())
+                .collect();
+            let descriptor = match &adoption {
+                Adoption::Adopted(d) => d.clone(),
+                _ => Descriptor::new_cluster(&ours),
             };
+            return self.bootstrap(&descriptor).await;
         }
         RepairOutcome::Deferred(format!(
             "{} marked node(s) other than this one answered; {needed} are needed to repair it \
              (or all {} nodes, for a new cluster)",
-            sources.len(),
+            match &adoption {
+                Adoption::Adopted(d) => choose_sources(&replies, i, &d.id, needed).len(),
+                _ => 0,
+            },
             inner.nodes.len()
         ))
     }
+
+    /// Raise node `i` to what `sources` hold, restore what it lacks, then mark it for cluster
+    /// `d` (the marker last, so an interrupted repair leaves the node quarantined).
+    async fn write_repair(
+        &self,
+        i: usize,
+        sources: &[&Holdings],
+        d: &Descriptor,
+        run_id: &str,
+    ) -> RepairOutcome {
+        let inner = &self.inner;
+        let mut target: BTreeMap<String, u64> = BTreeMap::new();
+        for h in sources {
+            for (k, v) in &h.registers {
+                let e = target.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*v);
+            }
+        }
+        let pairs: Vec<(String, u64)> = target.into_iter().collect();
+        let mut best_views: BTreeMap<String, (u64, String)> = BTreeMap::new();
+        for h in sources {
+            for (k, (t, v)) in &h.views {
+                if best_views.get(k).is_none_or(|(bt, _)| t > bt) {
+                    best_views.insert(k.clone(), (*t, v.clone()));
+                }
+            }
+        }
+        let views: Vec<(String, (u64, String))> = best_views.into_iter().collect();
+        let restores = if inner.config.server_clock_leases {
+            // TEST ONLY: the unsafe Redlock behaviour, where a lost lease copy or beat stays
+            // lost.
+            let mut hashes = merge_restores(sources).hashes;
+            hashes.retain(|k, _| !k.starts_with("rq:members:"));
+            Restores {
+                hashes,
+                ..Restores::default()
+            }
+        } else {
+            merge_restores(sources)
+        };
+        let restores = std::sync::Arc::new(restores);
+        let mark = std::sync::Arc::new(Mark {
+            run_id: run_id.to_string(),
+            descriptor: d.encode(),
+            marker: cluster::marker_value(run_id, &d.id),
+        });
+        let write = self
+            .fan_out_raw(
+                "repair.raise",
+                Wait::All,
+                Targets::Only(i),
+                Some(inner.config.operation_timeout),
+                move |nc: NodeConn| {
+                    let (pairs, views, restores, mark) =
+                        (pairs.clone(), views.clone(), restores.clone(), mark.clone());
+                    async move { raise_and_mark(nc, &pairs, &views, &restores, &mark).await }
+                },
+            )
+            .await;
+        let _ = inner.nodes[i].reprobe().await;
+        match write.results().get(i).map(|r| &r.outcome) {
+            Some(NodeOutcome::Applied(raised)) => RepairOutcome::Repaired { raised: *raised },
+            Some(NodeOutcome::Rejected(_)) => {
+                RepairOutcome::Deferred("the node restarted during its repair".into())
+            }
+            other => RepairOutcome::Deferred(format!("writing the repair failed: {other:?}")),
+        }
+    }
+
+    /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
+    /// for cluster `d`.
+    async fn bootstrap(&self, d: &Descriptor) -> RepairOutcome {
+        let inner = &self.inner;
+        let listed: std::sync::Arc<Vec<bool>> = std::sync::Arc::new(
+            inner
+                .config
+                .nodes
+                .iter()
+                .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
+                .collect(),
+        );
+        let (descriptor, id) = (
+            std::sync::Arc::<str>::from(d.encode()),
+            std::sync::Arc::<str>::from(d.id.as_str()),
+        );
+        let tally = self
+            .fan_out_raw(
+                "repair.bootstrap",
+                Wait::All,
+                Targets::All,
+                Some(inner.config.operation_timeout),
+                move |mut nc: NodeConn| {
+                    let (listed, descriptor, id) = (listed.clone(), descriptor.clone(), id.clone());
+                    async move {
+                        if !listed.get(nc.node).copied().unwrap_or(false) {
+                            return Ok(NodeOutcome::Rejected(()));
+                        }
+                        let set: i64 = CLUSTER_INIT
+                            .key(fixed_key(KeyKind::Marker))
+                            .key(fixed_key(KeyKind::Cluster))
+                            .arg(cluster::marker_value(&nc.run_id, &id))
+                            .arg(&*descriptor)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if set == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    }
+                },
+            )
+            .await;
+        for n in &inner.nodes {
+            let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
+        }
+        RepairOutcome::Bootstrapped {
+            marked: tally.applied(),
+        }
+    }
+}
+
+/// What a repair writes last: the descriptor, then the marker, for this incarnation.
+struct Mark {
+    run_id: String,
+    descriptor: String,
+    marker: String,
+}
+
+/// The nodes a repair of node `target` reads from: one reply per server, marked for cluster
+/// `cluster`. Nodes verified for their current incarnation are preferred; only when fewer
+/// than `needed` of them answered are nodes that restarted since (a marker naming an older
+/// run_id) used too: after a restart of the whole cluster no node is current, and a restart
+/// keeps what the AOF holds. A node restored from an old backup also shows an older run_id;
+/// it is taken only in that fallback.
+fn choose_sources<'a>(
+    replies: &[(usize, &'a Holdings)],
+    target: usize,
+    cluster: &str,
+    needed: usize,
+) -> Vec<&'a Holdings> {
+    let mut seen = HashSet::new();
+    let (mut current, mut restarted) = (Vec::new(), Vec::new());
+    for (node, h) in replies {
+        if *node == target || !seen.insert(h.run_id.clone()) {
+            continue;
+        }
+        let Some(marker) = h.marker.as_deref() else {
+            continue;
+        };
+        match cluster::parse_marker(marker) {
+            (run, Some(c)) if c == cluster && run == h.run_id => current.push(*h),
+            (_, Some(c)) if c == cluster => restarted.push(*h),
+            _ => {}
+        }
+    }
+    if current.len() < needed {
+        current.extend(restarted);
+    }
+    current
 }
 
 /// Read a node's marker and every monotonic register (SCAN with fixed patterns, then MGET).
 async fn read_holdings(mut nc: NodeConn) -> redis::RedisResult<Holdings> {
     let mut h = Holdings {
-        run_id: nc.marker.to_string(),
+        run_id: nc.run_id.to_string(),
         marker: redis::cmd("GET")
             .arg(fixed_key(KeyKind::Marker))
             .query_async(&mut nc.conn)
@@ -516,9 +616,9 @@ async fn raise_and_mark(
     pairs: &[(String, u64)],
     views: &[(String, (u64, String))],
     restores: &Restores,
-    run_id: &str,
+    mark: &Mark,
 ) -> redis::RedisResult<NodeOutcome<usize>> {
-    if &*nc.marker != run_id {
+    if *nc.run_id != *mark.run_id {
         return Ok(NodeOutcome::Rejected(0));
     }
     let mut raised = 0usize;
@@ -571,8 +671,13 @@ async fn raise_and_mark(
         }
     }
     let _: () = redis::cmd("SET")
+        .arg(fixed_key(KeyKind::Cluster))
+        .arg(&mark.descriptor)
+        .query_async(&mut nc.conn)
+        .await?;
+    let _: () = redis::cmd("SET")
         .arg(fixed_key(KeyKind::Marker))
-        .arg(run_id)
+        .arg(&mark.marker)
         .query_async(&mut nc.conn)
         .await?;
     Ok(NodeOutcome::Applied(raised))

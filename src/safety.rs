@@ -64,6 +64,9 @@ pub enum Finding {
     /// verified (its marker names another run_id). It does not vote until it is repaired:
     /// raised to the values read from a majority of the other nodes.
     Quarantined(String),
+    /// The node belongs to another cluster than this client's, or this client's node list
+    /// is not the cluster's (the reason names both lists). It never votes for this client.
+    OtherCluster(String),
 }
 
 impl Finding {
@@ -78,7 +81,8 @@ impl Finding {
             | Finding::NoFsyncOnRewrite
             | Finding::EvictionPolicy(_)
             | Finding::SameServerAs(_)
-            | Finding::Quarantined(_) => Severity::Unsafe,
+            | Finding::Quarantined(_)
+            | Finding::OtherCluster(_) => Severity::Unsafe,
             Finding::OldVersion(_) => Severity::Warning,
             Finding::FsyncAttested | Finding::Restarted { .. } => Severity::Info,
         }
@@ -122,6 +126,7 @@ impl fmt::Display for Finding {
             }
             Finding::OldVersion(v) => write!(f, "Redis {v} is older than 7.0"),
             Finding::Quarantined(why) => write!(f, "quarantined until repaired: {why}"),
+            Finding::OtherCluster(why) => write!(f, "not in this client's cluster: {why}"),
         }
     }
 }
@@ -150,6 +155,8 @@ pub struct Probe {
     /// The node marker (`rq:marker`): the run_id of the incarnation last verified to hold
     /// every value a majority accepted. `None`: missing (new or wiped node).
     pub marker: Option<String>,
+    /// The cluster descriptor the node holds (`rq:cluster`, JSON), if any.
+    pub cluster: Option<String>,
     /// Round trip of a PING.
     pub latency: Duration,
     /// The node's wall clock (`server_time_usec`) minus this client's wall clock at the middle
@@ -194,21 +201,18 @@ impl Probe {
             appendfsync: Err("not read".into()),
             no_appendfsync_on_rewrite: None,
             marker: None,
+            cluster: None,
             latency: Duration::ZERO,
             clock_offset_ms: None,
         }
     }
 
     /// The findings this probe supports on its own (without comparing with other nodes or
-    /// with an earlier probe). `attested` is the operator's statement that fsync is `always`;
-    /// `amnesia_protection` checks the node marker.
-    pub fn findings(&self, attested: bool, amnesia_protection: bool) -> Vec<Finding> {
+    /// with an earlier probe). `attested` is the operator's statement that fsync is `always`.
+    /// The marker (quarantine) and the cluster are judged by the client, which knows the
+    /// cluster it adopted.
+    pub fn findings(&self, attested: bool) -> Vec<Finding> {
         let mut out = Vec::new();
-        if amnesia_protection {
-            if let Some(why) = self.quarantine_reason() {
-                out.push(Finding::Quarantined(why));
-            }
-        }
         match self.aof_enabled {
             Some(true) => {}
             Some(false) => out.push(Finding::AofDisabled),
@@ -245,20 +249,6 @@ impl Probe {
             }
         }
         out
-    }
-
-    /// Why this node must be repaired before it votes, if it must.
-    pub fn quarantine_reason(&self) -> Option<String> {
-        match (&self.marker, &self.run_id) {
-            (None, _) => Some("no marker: a new node, or one that lost its data".into()),
-            (Some(m), Some(r)) if m != r => Some(format!(
-                "restarted since it was last verified (marker {}, run_id {})",
-                short(m),
-                short(r)
-            )),
-            (Some(_), None) => Some("no run_id reported".into()),
-            _ => None,
-        }
     }
 }
 
@@ -332,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_safe_node_has_no_findings() {
-        assert_eq!(safe_probe().findings(false, true), vec![]);
+        assert_eq!(safe_probe().findings(false), vec![]);
         assert_eq!(safe_probe().version.as_deref(), Some("7.0.15"));
         assert_eq!(safe_probe().run_id.as_deref(), Some("abcdef0123456789"));
     }
@@ -357,29 +347,29 @@ mod tests {
         let mut p = safe_probe();
         p.appendfsync = Ok("everysec".into());
         assert_eq!(
-            p.findings(false, true),
+            p.findings(false),
             vec![Finding::FsyncNotAlways("everysec".into())]
         );
 
         let mut p = safe_probe();
         p.aof_enabled = Some(false);
-        assert_eq!(p.findings(false, true), vec![Finding::AofDisabled]);
+        assert_eq!(p.findings(false), vec![Finding::AofDisabled]);
 
         let mut p = safe_probe();
         p.maxmemory_policy = Some("volatile-lru".into());
         assert_eq!(
-            p.findings(false, true),
+            p.findings(false),
             vec![Finding::EvictionPolicy("volatile-lru".into())]
         );
 
         let mut p = safe_probe();
         p.no_appendfsync_on_rewrite = Some(true);
-        assert_eq!(p.findings(false, true), vec![Finding::NoFsyncOnRewrite]);
+        assert_eq!(p.findings(false), vec![Finding::NoFsyncOnRewrite]);
 
         let mut p = safe_probe();
         p.aof_last_write_status = Some("err".into());
         assert_eq!(
-            p.findings(false, true),
+            p.findings(false),
             vec![Finding::AofWriteFailing("err".into())]
         );
     }
@@ -388,31 +378,10 @@ mod tests {
     fn unreadable_fsync_is_unverified_never_ok() {
         let mut p = safe_probe();
         p.appendfsync = Err("NOPERM".into());
-        let f = p.findings(false, true);
+        let f = p.findings(false);
         assert_eq!(f, vec![Finding::FsyncUnverified("NOPERM".into())]);
         assert_eq!(f[0].severity(), Severity::Unsafe);
-        assert_eq!(p.findings(true, true), vec![Finding::FsyncAttested]);
-    }
-
-    #[test]
-    fn a_node_without_its_marker_or_with_another_run_ids_marker_is_quarantined() {
-        let mut p = safe_probe();
-        p.marker = None;
-        assert!(matches!(
-            p.findings(false, true).as_slice(),
-            [Finding::Quarantined(_)]
-        ));
-        assert_eq!(
-            p.findings(false, false),
-            vec![],
-            "the test-only switch turns the check off"
-        );
-        p.marker = Some("an-older-run-id".into());
-        let f = p.findings(false, true);
-        assert!(
-            matches!(f.as_slice(), [Finding::Quarantined(w)] if w.contains("restarted")),
-            "{f:?}"
-        );
+        assert_eq!(p.findings(true), vec![Finding::FsyncAttested]);
     }
 
     #[test]

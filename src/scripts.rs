@@ -47,3 +47,7 @@ pub(crate) static VIEW_WRITE: LazyLock<redis::Script> =
 /// Repair: restore lease keys and hash entries a quarantined node lost.
 pub(crate) static RESTORE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("scripts/restore.lua")));
+
+/// Bootstrap: mark a new node for a cluster and store the cluster's descriptor.
+pub(crate) static CLUSTER_INIT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("scripts/cluster_init.lua")));

@@ -278,7 +278,12 @@ async fn two_urls_reaching_one_server_are_counted_once() {
     ];
     let client = client(&urls).await;
     let reports = client.check().await;
-    assert!(reports[0].votes && reports[1].votes);
+    assert!(
+        reports[0].votes && reports[1].votes,
+        "{} / {}",
+        reports[0].summary(),
+        reports[1].summary()
+    );
     assert!(
         reports[2]
             .findings

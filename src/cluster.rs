@@ -1,0 +1,424 @@
+//! Cluster identity: which servers form the cluster, written on the servers themselves.
+//!
+//! Majorities intersect only if every client counts them over the same set of servers. A
+//! client configured with another node list (an expansion rolled out one service at a time,
+//! a typo, a node swapped for another) would count majorities of a different set: {0, 1} of
+//! [0, 1, 2] and {2, 3, 4} of [0..4] share no server, so both could accept conflicting
+//! values. So the cluster's node list is stored on every node as a *descriptor* (its node
+//! names and an id derived from them), and each node's marker names the descriptor's id
+//! beside its run_id (`<run_id>/<cluster id>`). Every voting script compares the marker with
+//! the one the client expects, atomically with its decision, so a node votes only for
+//! clients that adopted its cluster.
+//!
+//! A client adopts the descriptor its nodes hold (or writes one when it bootstraps a new
+//! cluster) and refuses to run when that descriptor lists another number of nodes, or when
+//! its nodes hold unrelated descriptors: the error names both lists. A node that lost its
+//! marker (wiped, new) is repaired into the cluster only when the client reaches it by a URL
+//! the descriptor lists, so a misconfigured client cannot enlist a stranger. Changing the
+//! node list is an explicit step (see [`Descriptor::succeeding`]) that seals the old cluster
+//! before the new one is marked.
+//!
+//! This module is the pure decision core: no I/O, no clock.
+//!
+//! Architecture invariant: a node votes only while its marker names the cluster the client
+//! adopted, and a client adopts only a descriptor whose node count equals its own.
+
+use serde::{Deserialize, Serialize};
+
+/// A cluster's identity: the names of its nodes and an id derived from them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Descriptor {
+    /// Format version (1).
+    pub v: u32,
+    /// The cluster id: 16 hex digits, a hash of the node names and the predecessor's id.
+    pub id: String,
+    /// The node names (URLs without passwords), sorted.
+    pub nodes: Vec<String>,
+    /// The id of the cluster this one replaced (a change of the node list), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
+}
+
+impl Descriptor {
+    /// The descriptor of a new cluster of these nodes. Deterministic: two clients
+    /// bootstrapping the same list at once write the same descriptor.
+    pub fn new_cluster(names: &[String]) -> Descriptor {
+        Self::build(names, None)
+    }
+
+    /// The descriptor that replaces `self` with the node list `names` (a membership change).
+    pub fn succeeding(&self, names: &[String]) -> Descriptor {
+        Self::build(names, Some(self.id.clone()))
+    }
+
+    fn build(names: &[String], prev: Option<String>) -> Descriptor {
+        let mut nodes: Vec<String> = names.to_vec();
+        nodes.sort();
+        nodes.dedup();
+        let mut material = format!("redquorum cluster v1\n{}\n", nodes.len());
+        for n in &nodes {
+            material.push_str(n);
+            material.push('\n');
+        }
+        if let Some(p) = &prev {
+            material.push_str("prev ");
+            material.push_str(p);
+        }
+        let id = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(material.as_bytes()));
+        Descriptor {
+            v: 1,
+            id,
+            nodes,
+            prev,
+        }
+    }
+
+    /// How many nodes the cluster has.
+    pub fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether `name` is one of the cluster's nodes.
+    pub fn lists(&self, name: &str) -> bool {
+        self.nodes.iter().any(|n| n == name)
+    }
+
+    /// The stored form (JSON).
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parse the stored form; an error names what is wrong.
+    pub fn decode(s: &str) -> Result<Descriptor, String> {
+        let d: Descriptor =
+            serde_json::from_str(s).map_err(|e| format!("unreadable cluster descriptor: {e}"))?;
+        let hex16 = |x: &str| x.len() == 16 && x.bytes().all(|b| b.is_ascii_hexdigit());
+        if d.v != 1 {
+            return Err(format!("cluster descriptor version {} is not supported", d.v));
+        }
+        if !hex16(&d.id) || d.prev.as_deref().is_some_and(|p| !hex16(p)) {
+            return Err("cluster descriptor with a malformed id".into());
+        }
+        if d.nodes.is_empty() || d.nodes.len() > crate::MAX_NODES {
+            return Err(format!("cluster descriptor with {} nodes", d.nodes.len()));
+        }
+        Ok(d)
+    }
+
+    /// The node list for messages.
+    pub fn describe(&self) -> String {
+        format!("{} nodes [{}]", self.n(), self.nodes.join(", "))
+    }
+}
+
+/// The marker value of a node verified for cluster `cluster`: `<run_id>/<cluster id>`.
+pub fn marker_value(run_id: &str, cluster: &str) -> String {
+    format!("{run_id}/{cluster}")
+}
+
+/// A marker's parts: the run_id it was written for and the cluster id (None in a marker
+/// written by an older release, which named the run_id only).
+pub fn parse_marker(marker: &str) -> (&str, Option<&str>) {
+    match marker.split_once('/') {
+        Some((run, cluster)) => (run, Some(cluster)),
+        None => (marker, None),
+    }
+}
+
+/// Which cluster a client's nodes say they form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Adoption {
+    /// No node reached so far holds a descriptor (a new cluster, or nothing reached yet).
+    Unknown,
+    /// The cluster this client works in.
+    Adopted(Descriptor),
+    /// The client must not run against these nodes; the reason names both node lists.
+    Refused(String),
+}
+
+impl Adoption {
+    /// The adopted cluster's id, if one is adopted.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Adoption::Adopted(d) => Some(&d.id),
+            _ => None,
+        }
+    }
+}
+
+/// Decide which cluster a client configured with the node names `ours` works in, from the
+/// descriptors its reachable nodes hold (`seen`, unreadable ones as errors).
+///
+/// - No descriptor anywhere: [`Adoption::Unknown`] (a bootstrap may write one).
+/// - Descriptors that are all the same, or where every other one was replaced by the newest
+///   through a chain of changes: that newest one, if it lists as many nodes as `ours`.
+/// - Anything else (another node count; unrelated descriptors; an unreadable one):
+///   [`Adoption::Refused`], naming the lists.
+///
+/// `check_count` false is the TEST-ONLY switch that adopts whatever the nodes hold.
+pub fn adopt(
+    ours: &[String],
+    seen: &[Result<Descriptor, String>],
+    check_count: bool,
+) -> Adoption {
+    let mut distinct: Vec<&Descriptor> = Vec::new();
+    for s in seen {
+        match s {
+            Ok(d) => {
+                if !distinct.iter().any(|x| x.id == d.id) {
+                    distinct.push(d);
+                }
+            }
+            Err(e) if check_count => return Adoption::Refused(e.clone()),
+            Err(_) => {}
+        }
+    }
+    let Some(newest) = distinct
+        .iter()
+        .find(|d| {
+            distinct
+                .iter()
+                .all(|other| other.id == d.id || supersedes(d, other, &distinct))
+        })
+        .copied()
+    else {
+        if distinct.is_empty() {
+            return Adoption::Unknown;
+        }
+        let lists: Vec<String> = distinct
+            .iter()
+            .map(|d| format!("cluster {}: {}", d.id, d.describe()))
+            .collect();
+        return Adoption::Refused(format!(
+            "the nodes belong to different clusters ({}); this client lists {} nodes [{}]",
+            lists.join("; "),
+            ours.len(),
+            ours.join(", ")
+        ));
+    };
+    if check_count && newest.n() != ours.len() {
+        return Adoption::Refused(format!(
+            "this client lists {} nodes [{}], but the cluster on these nodes (id {}) was set up \
+             with {}: every client must list the cluster's nodes (to change the node list, \
+             use `redquorum cluster change`)",
+            ours.len(),
+            ours.join(", "),
+            newest.id,
+            newest.describe()
+        ));
+    }
+    Adoption::Adopted(newest.clone())
+}
+
+/// Whether `newer` replaced `older` through a chain of predecessors among `known`.
+fn supersedes(newer: &Descriptor, older: &Descriptor, known: &[&Descriptor]) -> bool {
+    let mut cur = newer;
+    for _ in 0..known.len() {
+        match &cur.prev {
+            Some(p) if *p == older.id => return true,
+            Some(p) => match known.iter().find(|d| d.id == *p) {
+                Some(d) => cur = d,
+                None => return false,
+            },
+            None => return false,
+        }
+    }
+    false
+}
+
+/// What a node's marker says about its standing in the adopted cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Verified for this incarnation in the adopted cluster: it may vote.
+    Member,
+    /// Must be repaired before it votes (the reason says why); `needs_listing` when the
+    /// repair enlists it anew, which the descriptor must allow (its URL is listed).
+    Quarantined {
+        /// Why.
+        reason: String,
+        /// Whether the node's URL must be one the descriptor lists.
+        needs_listing: bool,
+    },
+    /// Marked for an unrelated cluster: never repaired into this one.
+    Stranger(String),
+}
+
+/// A node's standing from its marker, its run_id and the adopted cluster.
+pub fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) -> Standing {
+    let q = |reason: String, needs_listing: bool| Standing::Quarantined {
+        reason,
+        needs_listing,
+    };
+    let Some(marker) = marker else {
+        return q("no marker: a new node, or one that lost its data".into(), true);
+    };
+    let (run, cluster) = parse_marker(marker);
+    let Some(cluster) = cluster else {
+        return q(
+            "marker from an older release (no cluster id): re-verified like a new node".into(),
+            true,
+        );
+    };
+    if let Adoption::Adopted(d) = adopted {
+        if cluster != d.id {
+            return if d.prev.as_deref() == Some(cluster) {
+                q(
+                    format!(
+                        "marked for cluster {cluster}, which cluster {} replaced",
+                        d.id
+                    ),
+                    true,
+                )
+            } else {
+                Standing::Stranger(format!(
+                    "marked for cluster {cluster}, not this client's cluster {}",
+                    d.id
+                ))
+            };
+        }
+    }
+    match run_id {
+        None => q("no run_id reported".into(), false),
+        Some(r) if r != run => q(
+            format!(
+                "restarted since it was last verified (marker {}, run_id {})",
+                short(run),
+                short(r)
+            ),
+            false,
+        ),
+        Some(_) if adopted.id().is_none() => {
+            q("its cluster is not known to this client yet".into(), false)
+        }
+        Some(_) => Standing::Member,
+    }
+}
+
+fn short(s: &str) -> &str {
+    s.get(..8).unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(xs: &[&str]) -> Vec<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_same_list_in_any_order_gives_the_same_cluster() {
+        let a = Descriptor::new_cluster(&names(&["redis://b:1/0", "redis://a:1/0"]));
+        let b = Descriptor::new_cluster(&names(&["redis://a:1/0", "redis://b:1/0"]));
+        assert_eq!(a, b);
+        let c = Descriptor::new_cluster(&names(&["redis://a:1/0", "redis://c:1/0"]));
+        assert_ne!(a.id, c.id);
+        assert_eq!(Descriptor::decode(&a.encode()), Ok(a.clone()));
+        let next = a.succeeding(&names(&["redis://a:1/0", "redis://b:1/0"]));
+        assert_ne!(next.id, a.id, "a change gets a new id even for the same list");
+    }
+
+    #[test]
+    fn malformed_descriptors_are_rejected_with_a_reason() {
+        for bad in [
+            "",
+            "nan",
+            r#"{"v":2,"id":"0123456789abcdef","nodes":["a"]}"#,
+            r#"{"v":1,"id":"xyz","nodes":["a"]}"#,
+            r#"{"v":1,"id":"0123456789abcdef","nodes":[]}"#,
+        ] {
+            assert!(Descriptor::decode(bad).is_err(), "{bad:?} must not decode");
+        }
+    }
+
+    #[test]
+    fn a_client_with_another_node_count_is_refused_naming_both_lists() {
+        let three = names(&["redis://n0:1/0", "redis://n1:1/0", "redis://n2:1/0"]);
+        let five = names(&[
+            "redis://n0:1/0",
+            "redis://n1:1/0",
+            "redis://n2:1/0",
+            "redis://n3:1/0",
+            "redis://n4:1/0",
+        ]);
+        let d = Descriptor::new_cluster(&three);
+        let seen = vec![Ok(d.clone()), Ok(d.clone())];
+        assert_eq!(adopt(&three, &seen, true), Adoption::Adopted(d.clone()));
+        match adopt(&five, &seen, true) {
+            Adoption::Refused(why) => {
+                assert!(why.contains("redis://n4:1/0") && why.contains("3 nodes"), "{why}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(adopt(&five, &seen, false), Adoption::Adopted(d));
+        assert_eq!(adopt(&five, &[], true), Adoption::Unknown);
+    }
+
+    #[test]
+    fn a_changed_cluster_supersedes_its_predecessor_and_strangers_are_refused() {
+        let three = names(&["a", "b", "c"]);
+        let five = names(&["a", "b", "c", "d", "e"]);
+        let old = Descriptor::new_cluster(&three);
+        let new = old.succeeding(&five);
+        let seen = vec![Ok(old.clone()), Ok(new.clone()), Ok(new.clone())];
+        assert_eq!(adopt(&five, &seen, true), Adoption::Adopted(new.clone()));
+        let other = Descriptor::new_cluster(&names(&["x", "y", "z"]));
+        assert!(matches!(
+            adopt(&three, &[Ok(old.clone()), Ok(other)], true),
+            Adoption::Refused(_)
+        ));
+        assert!(matches!(
+            adopt(&three, &[Ok(old), Err("unreadable".into())], true),
+            Adoption::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn standing_follows_marker_run_id_and_cluster() {
+        let d = Descriptor::new_cluster(&names(&["a", "b", "c"]));
+        let adopted = Adoption::Adopted(d.clone());
+        let m = marker_value("run1", &d.id);
+        assert_eq!(
+            standing(Some(&m), Some("run1"), &adopted),
+            Standing::Member
+        );
+        assert!(matches!(
+            standing(Some(&m), Some("run2"), &adopted),
+            Standing::Quarantined {
+                needs_listing: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            standing(None, Some("run1"), &adopted),
+            Standing::Quarantined {
+                needs_listing: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            standing(Some("run1"), Some("run1"), &adopted),
+            Standing::Quarantined {
+                needs_listing: true,
+                ..
+            }
+        ));
+        let stranger = marker_value("run1", "00000000000000ff");
+        assert!(matches!(
+            standing(Some(&stranger), Some("run1"), &adopted),
+            Standing::Stranger(_)
+        ));
+        let next = d.succeeding(&names(&["a", "b", "c", "d", "e"]));
+        assert!(matches!(
+            standing(Some(&m), Some("run1"), &Adoption::Adopted(next)),
+            Standing::Quarantined {
+                needs_listing: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            standing(Some(&m), Some("run1"), &Adoption::Unknown),
+            Standing::Quarantined { .. }
+        ));
+    }
+}
