@@ -276,7 +276,12 @@ impl Client {
     /// The cluster these nodes' descriptors name, judged against this client's node list.
     fn judge_adoption(&self) -> Adoption {
         let inner = &self.inner;
-        let ours: Vec<String> = inner.config.nodes.iter().map(|u| u.name().to_string()).collect();
+        let ours: Vec<String> = inner
+            .config
+            .nodes
+            .iter()
+            .map(|u| u.name().to_string())
+            .collect();
         let seen: Vec<Result<cluster::Descriptor, String>> = inner
             .nodes
             .iter()
@@ -586,7 +591,7 @@ impl Client {
             }
             // (Raw fan-outs, for repair and checks, see every URL and count servers
             // themselves.)
-            if voting_only && !lease.run_id.is_empty() {
+            if voting_only && self.inner.config.cluster_identity && !lease.run_id.is_empty() {
                 let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner());
                 match claims.iter().find(|(r, _)| *r == lease.run_id) {
                     Some((_, first)) if *first != node.id.0 => {

@@ -94,7 +94,10 @@ impl Descriptor {
             serde_json::from_str(s).map_err(|e| format!("unreadable cluster descriptor: {e}"))?;
         let hex16 = |x: &str| x.len() == 16 && x.bytes().all(|b| b.is_ascii_hexdigit());
         if d.v != 1 {
-            return Err(format!("cluster descriptor version {} is not supported", d.v));
+            return Err(format!(
+                "cluster descriptor version {} is not supported",
+                d.v
+            ));
         }
         if !hex16(&d.id) || d.prev.as_deref().is_some_and(|p| !hex16(p)) {
             return Err("cluster descriptor with a malformed id".into());
@@ -156,11 +159,7 @@ impl Adoption {
 ///   [`Adoption::Refused`], naming the lists.
 ///
 /// `check_count` false is the TEST-ONLY switch that adopts whatever the nodes hold.
-pub fn adopt(
-    ours: &[String],
-    seen: &[Result<Descriptor, String>],
-    check_count: bool,
-) -> Adoption {
+pub fn adopt(ours: &[String], seen: &[Result<Descriptor, String>], check_count: bool) -> Adoption {
     let mut distinct: Vec<&Descriptor> = Vec::new();
     for s in seen {
         match s {
@@ -250,7 +249,10 @@ pub fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) 
         needs_listing,
     };
     let Some(marker) = marker else {
-        return q("no marker: a new node, or one that lost its data".into(), true);
+        return q(
+            "no marker: a new node, or one that lost its data".into(),
+            true,
+        );
     };
     let (run, cluster) = parse_marker(marker);
     let Some(cluster) = cluster else {
@@ -315,7 +317,10 @@ mod tests {
         assert_ne!(a.id, c.id);
         assert_eq!(Descriptor::decode(&a.encode()), Ok(a.clone()));
         let next = a.succeeding(&names(&["redis://a:1/0", "redis://b:1/0"]));
-        assert_ne!(next.id, a.id, "a change gets a new id even for the same list");
+        assert_ne!(
+            next.id, a.id,
+            "a change gets a new id even for the same list"
+        );
     }
 
     #[test]
@@ -346,7 +351,10 @@ mod tests {
         assert_eq!(adopt(&three, &seen, true), Adoption::Adopted(d.clone()));
         match adopt(&five, &seen, true) {
             Adoption::Refused(why) => {
-                assert!(why.contains("redis://n4:1/0") && why.contains("3 nodes"), "{why}")
+                assert!(
+                    why.contains("redis://n4:1/0") && why.contains("3 nodes"),
+                    "{why}"
+                )
             }
             other => panic!("expected a refusal, got {other:?}"),
         }
@@ -378,10 +386,7 @@ mod tests {
         let d = Descriptor::new_cluster(&names(&["a", "b", "c"]));
         let adopted = Adoption::Adopted(d.clone());
         let m = marker_value("run1", &d.id);
-        assert_eq!(
-            standing(Some(&m), Some("run1"), &adopted),
-            Standing::Member
-        );
+        assert_eq!(standing(Some(&m), Some("run1"), &adopted), Standing::Member);
         assert!(matches!(
             standing(Some(&m), Some("run2"), &adopted),
             Standing::Quarantined {

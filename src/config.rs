@@ -384,7 +384,8 @@ impl Config {
     /// TEST ONLY: adopt whatever cluster descriptor the nodes hold even when it lists another
     /// number of nodes, and repair nodes the descriptor does not list: a client with another
     /// node list then counts majorities over another set of servers, so a test can show the
-    /// broken order this protection prevents. Never use it in production.
+    /// broken order this protection prevents. It also lets two URLs to one server both vote
+    /// in a fan-out that starts before their probes are compared. Never use it in production.
     #[doc(hidden)]
     pub fn without_cluster_identity_for_tests(mut self) -> Self {
         self.cluster_identity = false;

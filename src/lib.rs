@@ -34,8 +34,8 @@
 //! ```
 
 mod client;
-pub mod cluster;
 mod clock;
+pub mod cluster;
 mod config;
 mod election;
 mod error;

@@ -44,10 +44,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use crate::client::{Client, NodeConn, Targets};
+use crate::cluster::{self, Adoption, Descriptor, Standing};
 use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::cluster::{self, Adoption, Descriptor, Standing};
 use crate::scripts::{CLUSTER_INIT, RAISE, RESTORE, VIEW_WRITE};
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
@@ -249,10 +249,13 @@ impl Client {
             (Adoption::Refused(why), _) => return RepairOutcome::Deferred(why.clone()),
             (_, Standing::Stranger(why)) => return RepairOutcome::Deferred(why),
             (_, Standing::Member) => return RepairOutcome::NotNeeded,
-            (_, Standing::Quarantined {
-                reason,
-                needs_listing,
-            }) => (reason, needs_listing),
+            (
+                _,
+                Standing::Quarantined {
+                    reason,
+                    needs_listing,
+                },
+            ) => (reason, needs_listing),
         };
         let Some(run_id) = probe.run_id.clone() else {
             return RepairOutcome::Deferred("the node reports no run_id".into());
@@ -292,9 +295,7 @@ impl Client {
         if let Adoption::Adopted(d) = &adoption {
             let sources = choose_sources(&replies, i, &d.id, needed);
             if sources.len() >= needed {
-                return self
-                    .write_repair(i, &sources, d, &run_id)
-                    .await;
+                return self.write_repair(i, &sources, d, &run_id).await;
             }
         }
         // A new cluster (or one whose bootstrap was cut short): every configured node

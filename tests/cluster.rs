@@ -1,0 +1,150 @@
+//! Cluster identity: every client counts majorities over the same servers.
+//!
+//! Each story runs with the protection on (the misconfigured client is refused, a server votes
+//! once) and off (the test-only switch), where the same story must show the violation, or the
+//! test has no teeth.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use common::init_tracing;
+use std::time::Duration;
+
+use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock};
+use redquorum_testkit::Cluster;
+
+fn config(urls: &[String], protected: bool) -> Config {
+    let config = Config::from_urls(urls).expect("test URLs are valid");
+    if protected {
+        config
+    } else {
+        config.without_cluster_identity_for_tests()
+    }
+}
+
+/// A cluster set up as nodes [0, 1, 2]; a second client lists [0, 1, 2, 3, 4] (an expansion
+/// rolled out to one service first). Returns the error B's connect gave or, when B was let
+/// in, what happened when A and B each used a majority of their own list: A's ID and lease
+/// through {0, 1} (node 2 frozen), then B's through {2, 3, 4} (nodes 0 and 1 frozen).
+async fn another_node_list(protected: bool) -> Result<String, Error> {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let all = cluster.urls();
+    let first_three = all[..3].to_vec();
+    let a = Client::connect(config(&first_three, true))
+        .await
+        .expect("A sets the cluster up on nodes 0, 1, 2");
+    let ids_a = IdGenerator::new(&a, "order").expect("valid");
+    ids_a.next_id().await.expect("A issues an ID");
+    let b = Client::connect(config(&all, protected)).await?;
+    let ids_b = IdGenerator::new(&b, "order").expect("valid");
+    ids_b
+        .next_id()
+        .await
+        .expect("B issues an ID with every node up");
+
+    cluster.node(2).freeze().await;
+    let x = ids_a.next_id().await.expect("A's majority {0, 1}");
+    let guard_a = Lock::new(&a, "exclusive", Duration::from_secs(10))
+        .expect("valid")
+        .with_auto_extend(false)
+        .try_acquire()
+        .await
+        .expect("A holds the lease through {0, 1}");
+    cluster.node(2).thaw().await;
+
+    cluster.node(0).freeze().await;
+    cluster.node(1).freeze().await;
+    let y = ids_b.next_id().await;
+    let b_lease = Lock::new(&b, "exclusive", Duration::from_secs(10))
+        .expect("valid")
+        .try_acquire()
+        .await;
+    cluster.node(0).thaw().await;
+    cluster.node(1).thaw().await;
+    let mut seen = Vec::new();
+    if let Ok(guard_b) = &b_lease {
+        if guard_a.is_held() && guard_b.is_held() {
+            seen.push(format!(
+                "two holders: A (token {}) and B (token {})",
+                guard_a.token(),
+                guard_b.token()
+            ));
+        }
+    }
+    match y {
+        Ok(y) if y <= x => seen.push(format!("order broken: B's ID {y} came after A's {x}")),
+        Ok(y) => seen.push(format!("ID order kept ({y} > {x}, by a random skip)")),
+        Err(e) => seen.push(format!("B got no ID: {e}")),
+    }
+    Ok(seen.join("; "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_another_node_list_is_refused_naming_both_lists() {
+    match another_node_list(true).await {
+        Err(Error::Config(ConfigError::ClusterMismatch(why))) => {
+            println!("refused: {why}");
+            assert!(
+                why.contains("5 nodes") && why.contains("3 nodes"),
+                "the error must name both lists: {why}"
+            );
+        }
+        other => panic!("a client listing five nodes of a three-node cluster must be refused at connect, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cluster_identity_another_node_list_admits_two_lease_holders() {
+    let verdict = another_node_list(false)
+        .await
+        .expect("without the check B is let in");
+    println!("{verdict}");
+    assert!(
+        verdict.contains("two holders"),
+        "with the check off, disjoint majorities {{0, 1}} and {{2, 3, 4}} must admit two \
+         lease holders: {verdict}"
+    );
+}
+
+/// Two URLs reach node 0 (through its proxy and directly) and node 1 is unreachable. The
+/// proxy URL is refused while the client connects, so only the direct URL is probed; then it
+/// heals and the first ping connects it. Returns how many nodes the ping counted.
+async fn one_server_two_urls(protected: bool) -> Result<usize, Error> {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let _setup = Client::connect(config(&cluster.urls(), true))
+        .await
+        .expect("the cluster is set up on its three nodes");
+    let urls = vec![
+        cluster.node(0).url(),
+        cluster.node(0).direct_url(),
+        cluster.node(1).url(),
+    ];
+    cluster.node(0).refuse();
+    cluster.node(1).refuse();
+    let c = Client::connect(config(&urls, protected)).await?;
+    cluster.node(0).heal();
+    let tally = c.ping().await?;
+    Ok(tally.applied())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reached_by_two_urls_votes_once_from_the_first_fan_out() {
+    match one_server_two_urls(true).await {
+        Err(Error::NoQuorum(e)) => println!("refused as it must be: {e}"),
+        other => panic!(
+            "one server behind two URLs is not a majority of three, but the first ping gave \
+             {other:?}"
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_per_fan_out_claims_one_server_votes_twice() {
+    let counted = one_server_two_urls(false)
+        .await
+        .expect("with the claims off, the one server's two URLs make a 'majority'");
+    assert_eq!(counted, 2, "the one server was counted twice");
+}
