@@ -631,13 +631,19 @@ async fn raise_and_mark(
         raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
     }
     for (key, (token, view)) in views {
-        // The view register's own set-if-greater, without the marker check: the node is
-        // being repaired precisely because its marker is missing or stale.
+        // The view register's own compare-and-set on the view's base, without the marker
+        // check: the node is being repaired precisely because its marker is missing or stale.
+        let Ok(parsed) = serde_json::from_str::<crate::membership::View>(view) else {
+            continue;
+        };
+        let base = parsed.base.token().map(|t| t.get()).unwrap_or(0);
         let (stored, _): (i64, u64) = VIEW_WRITE
             .key(key)
             .key(fixed_key(KeyKind::Marker))
             .arg(*token)
             .arg(view)
+            .arg(crate::membership::View::digest(view))
+            .arg(base)
             .arg("*")
             .invoke_async(&mut nc.conn)
             .await?;

@@ -81,6 +81,10 @@ pub struct View {
     /// view is prepared, a member keeps exactly the tasks it owns under both.
     #[serde(default)]
     pub previous: BTreeMap<String, u32>,
+    /// The version this view was derived from (sealed as a compare-and-set on it: a node
+    /// takes the view only while it holds this version or an older one).
+    #[serde(default)]
+    pub base: ViewVersion,
 }
 
 impl View {
@@ -92,6 +96,7 @@ impl View {
             members: BTreeMap::new(),
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
+            base: ViewVersion::default(),
         }
     }
 
@@ -103,6 +108,7 @@ impl View {
             members: self.previous.clone(),
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
+            base: ViewVersion::default(),
         }
     }
 
@@ -135,7 +141,24 @@ impl View {
             members: sticky_indexes(&self.members, members),
             draining: previous.keys().cloned().collect(),
             previous,
+            base: self.version,
         }
+    }
+
+    /// This view with a sequence number above every one its sealer already tried in this
+    /// term (`attempted`): a seal that reached only some nodes is never reused for other
+    /// content, so one version always names one view.
+    pub fn above_attempts(mut self, attempted: Option<ViewVersion>) -> View {
+        if let Some(a) = attempted.filter(|a| a.term == self.version.term) {
+            self.version.seq = self.version.seq.max(a.seq.saturating_add(1));
+        }
+        self
+    }
+
+    /// A digest of the view's content (16 hex digits), stored beside it: an equal version
+    /// with another digest is a conflict, never "already held".
+    pub fn digest(json: &str) -> String {
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(json.as_bytes()))
     }
 
     /// The same view, activated under a new version sealed in `term`.
@@ -151,6 +174,7 @@ impl View {
             members: self.members.clone(),
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
+            base: self.version,
         }
     }
 

@@ -57,14 +57,16 @@ use super::assign::{self, Ownership, View, ViewState, ViewVersion};
 use crate::client::{Client, NodeConn};
 use crate::clock::Stamp;
 use crate::election::{Election, Leadership};
-use crate::error::{Error, NoQuorum};
+use crate::error::Error;
 use crate::fencing::FencingToken;
-use crate::keys::{fixed_key, KeyKind, Name};
+use crate::keys::{KeyKind, Name};
 use crate::lease::{self, BeatGarbage, BeatReading, Beats};
 use crate::lock::Lock;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{MEMBER_BEAT, VIEW_WRITE};
+use crate::scripts::MEMBER_BEAT;
+
+use super::register::{self, ViewRegister};
 
 /// A user hook run when this member must drain: it must stop the work on the tasks it gives
 /// up before it returns (bounded by the drain timeout). See [`Drain`].
@@ -98,6 +100,7 @@ pub struct GroupOptions {
     barrier: bool,
     record_history: bool,
     skew: Option<Duration>,
+    forkable_views: bool,
 }
 
 impl std::fmt::Debug for GroupOptions {
@@ -120,6 +123,7 @@ impl Default for GroupOptions {
             barrier: true,
             record_history: false,
             skew: None,
+            forkable_views: false,
         }
     }
 }
@@ -142,6 +146,15 @@ impl GroupOptions {
     pub fn with_drain(mut self, timeout: Duration, hook: DrainHook) -> Self {
         self.drain = Some(hook);
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// TEST ONLY: the forkable view register (set-if-greater; an equal version counts as held
+    /// whatever its content; a version is reused after a seal that reached only some nodes),
+    /// so a test can show the fork the compare-and-set prevents. Never use it in production.
+    #[doc(hidden)]
+    pub fn with_forkable_views_for_tests(mut self) -> Self {
+        self.forkable_views = true;
         self
     }
 
@@ -254,7 +267,7 @@ struct Shared {
     duplicates_reported: Mutex<Vec<String>>,
     opts: GroupOptions,
     members_key: Arc<str>,
-    view_key: Arc<str>,
+    register: ViewRegister,
     ack_key: Arc<str>,
     tx: watch::Sender<Option<Assignment>>,
     election: Election,
@@ -317,7 +330,12 @@ impl Member {
             duplicates_reported: Mutex::new(Vec::new()),
             client: client.clone(),
             members_key: group.key(KeyKind::Members).into(),
-            view_key: group.key(KeyKind::View).into(),
+            register: ViewRegister::new(
+                client,
+                group.key(KeyKind::View).into(),
+                group.key(KeyKind::Members).into(),
+                opts.forkable_views,
+            ),
             ack_key: group.key(KeyKind::Ack).into(),
             id: member.as_str().into(),
             group,
@@ -683,6 +701,25 @@ fn publish(shared: &Shared, assignment: Option<Assignment>) {
     });
 }
 
+/// A term's sequence numbers above this are not used (a view token holds 20 bits of seq).
+const SEQ_ROLLOVER: u64 = (1 << 20) - 16;
+
+/// Whether this member still leads in `term` with a margin of its lease left (one node timeout,
+/// at most an eighth of the interval): room for a seal to land while the lease holds. A seal
+/// that lands later is still harmless (the compare-and-set on its base refuses it wherever a
+/// newer leader sealed); the margin only avoids wasted seals.
+fn still_leading(shared: &Shared, term: u64) -> bool {
+    let guard = shared.leadership.lock().unwrap_or_else(|p| p.into_inner());
+    let margin = shared
+        .client
+        .config()
+        .node_timeout
+        .min(shared.opts.interval / 8);
+    guard.as_ref().is_some_and(|l| {
+        l.is_leader() && l.term().get() == term && l.guard().valid_until() > Instant::now() + margin
+    })
+}
+
 fn leader_term(shared: &Shared) -> Option<u64> {
     let guard = shared.leadership.lock().unwrap_or_else(|p| p.into_inner());
     guard
@@ -745,7 +782,10 @@ async fn collect_garbage(client: Client, key: Arc<str>, garbage: BeatGarbage) {
 }
 
 /// One node's beats as read through `nc` (its index and incarnation with them).
-fn beat_reading(nc: &NodeConn, beats: std::collections::BTreeMap<String, String>) -> BeatReading {
+pub(crate) fn beat_reading(
+    nc: &NodeConn,
+    beats: std::collections::BTreeMap<String, String>,
+) -> BeatReading {
     (
         nc.node,
         nc.marker.clone(),
@@ -832,50 +872,14 @@ async fn ack(shared: &Shared, version: ViewVersion) -> bool {
 }
 
 /// Read the view from a majority, take the highest version and write it back to a majority
-/// before returning it (so every later reader sees at least this view).
+/// before returning it (so every later reader sees at least this view). The beats read with it
+/// feed this member's watch (a warm watch for when it leads).
 async fn read_view(shared: &Shared) -> Result<View, Error> {
-    let (key, members_key) = (shared.view_key.clone(), shared.members_key.clone());
-    let tally = shared
-        .client
-        .fan_out("group.view.read", Wait::Decided, move |mut nc: NodeConn| {
-            let (key, members_key) = (key.clone(), members_key.clone());
-            async move {
-                // The beats ride along in the same round trip: every member keeps a warm watch
-                // of them, so a new leader can judge a crashed member without waiting a whole
-                // lease time first.
-                let ((token, view), beats): (
-                    (Option<u64>, Option<String>),
-                    std::collections::BTreeMap<String, String>,
-                ) = redis::pipe()
-                    .cmd("HMGET")
-                    .arg(&*key)
-                    .arg("token")
-                    .arg("view")
-                    .cmd("HGETALL")
-                    .arg(&*members_key)
-                    .query_async(&mut nc.conn)
-                    .await?;
-                let beats = beat_reading(&nc, beats);
-                Ok(NodeOutcome::Applied((token.unwrap_or(0), view, beats)))
-            }
-        })
-        .await;
-    let seen_at = Instant::now();
-    let tally = shared
-        .client
-        .require_majority("group.view.read", tally, |_| String::new())?;
-    let best = tally
-        .replies()
-        .filter_map(|(_, (token, json, _))| {
-            json.as_deref()
-                .and_then(|j| serde_json::from_str::<View>(j).ok())
-                .map(|v| (*token, v))
-        })
-        .max_by_key(|(t, _)| *t);
+    let reading = shared.register.read().await?;
     if !shared.client.config().server_clock_leases {
-        let readings: Vec<BeatReading> = tally.replies().map(|(_, (_, _, b))| b.clone()).collect();
         let mut in_view = BTreeSet::new();
-        if let Some((_, v)) = &best {
+        let answers: Vec<_> = reading.views.iter().collect();
+        if let Ok(Some(v)) = register::pick(&answers) {
             in_view.extend(v.members.keys().cloned());
             in_view.extend(v.draining.iter().cloned());
         }
@@ -885,66 +889,12 @@ async fn read_view(shared: &Shared) -> Result<View, Error> {
             .unwrap_or_else(|p| p.into_inner())
             .observe(
                 shared.client.node_urls().len(),
-                &readings,
+                &reading.beats,
                 &in_view,
-                seen_at,
+                reading.at,
             );
     }
-    match best {
-        None => Ok(View::empty()),
-        Some((_, view)) => {
-            write_view(shared, &view).await?;
-            Ok(view)
-        }
-    }
-}
-
-/// Write `view` to every voting node (set-if-version-greater); Ok when a majority holds it.
-async fn write_view(shared: &Shared, view: &View) -> Result<(), Error> {
-    let token = view
-        .version
-        .token()
-        .ok_or_else(|| Error::InvalidArgument("view version out of range".into()))?;
-    let json: Arc<str> = serde_json::to_string(view)
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?
-        .into();
-    let (key, marker_key): (Arc<str>, Arc<str>) =
-        (shared.view_key.clone(), fixed_key(KeyKind::Marker).into());
-    let tally = shared
-        .client
-        .fan_out(
-            "group.view.write",
-            Wait::Decided,
-            move |mut nc: NodeConn| {
-                let (key, marker_key, json) = (key.clone(), marker_key.clone(), json.clone());
-                async move {
-                    let (status, current): (i64, u64) = VIEW_WRITE
-                        .key(&*key)
-                        .key(&*marker_key)
-                        .arg(token.get())
-                        .arg(&*json)
-                        .arg(&*nc.marker)
-                        .invoke_async(&mut nc.conn)
-                        .await?;
-                    Ok(if status == 1 {
-                        NodeOutcome::Applied(current)
-                    } else {
-                        NodeOutcome::Rejected(current)
-                    })
-                }
-            },
-        )
-        .await;
-    if tally.reached() {
-        Ok(())
-    } else {
-        Err(
-            NoQuorum::from_tally("group.view.write", &tally, shared.client.node_urls(), |c| {
-                format!("holds newer view {c}")
-            })
-            .into(),
-        )
-    }
+    shared.register.adopt(&reading).await
 }
 
 /// The leader's judgement of the group from one round of beat readings: the live members
@@ -1083,12 +1033,30 @@ async fn leader_step(
             }
         }
     };
-    match write_view(shared, &next).await {
+    // Terms roll over before a term's sequence numbers run out: step down, so the next
+    // campaign seals under a new term.
+    if next.version.seq >= SEQ_ROLLOVER {
+        tracing::warn!(group = %shared.group, version = ?next.version, "view sequence of this term nearly exhausted: stepping down for a new term");
+        let leadership = shared
+            .leadership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(l) = leadership {
+            let _ = l.resign().await;
+        }
+        return Err(view);
+    }
+    // Still the leader, with room for the write to land within the lease.
+    if !still_leading(shared, term) {
+        return Err(view);
+    }
+    match shared.register.seal(next).await {
         Err(e) => {
             tracing::debug!(group = %shared.group, error = %e, "leader: cannot write the view");
             Err(view)
         }
-        Ok(()) => {
+        Ok(next) => {
             tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
             Ok(next)
         }

@@ -9,6 +9,9 @@
 
 pub mod assign;
 pub mod group;
+mod register;
 
 pub use assign::{Ownership, View, ViewState, ViewVersion};
 pub use group::{Assignment, Drain, DrainHook, GroupOptions, Member};
+#[doc(hidden)]
+pub use register::{ReadingForTests, ViewRegisterForTests};

@@ -1,0 +1,430 @@
+//! The group view register on the quorum nodes: how views are read, chosen and sealed.
+//!
+//! A view is stored on each node as `{token, view, hash}` and written by `view_write.lua` as a
+//! compare-and-set on the version it was derived from (its `base`): a node takes a view only
+//! while it holds that base or an older version. Readers take the highest version a majority
+//! returned and write it back (the same compare-and-set) before adopting it.
+//!
+//! # Why views cannot fork
+//! - *One version, one view.* A sealer never reuses a sequence number within its term, even
+//!   after a seal that reached only some nodes ([`View::above_attempts`]); terms are lease
+//!   tokens, one sealer each. A node refuses a view whose version it holds with another digest.
+//! - *One chain.* Say views X and Y were both derived from base B (X < Y), and X was adopted:
+//!   X is on a majority (written back before adoption). Y can then reach no majority: every
+//!   majority includes a node holding X or newer, which is above B, so the compare-and-set
+//!   refuses Y there. Symmetrically, once Y is on a majority, X (lower) is refused by every node
+//!   holding Y, and every majority read returns Y or newer. So of the views derived from one
+//!   base at most one is ever adopted, and every adopted view derives from the adopted view
+//!   before it: a prepared view's draining set names every member that worked under the last
+//!   adopted active view.
+//!
+//! Architecture invariant: a view is adopted only after a majority holds it, and every write of
+//! a view (seal, write-back, repair) is the compare-and-set on its base.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+
+use super::assign::{View, ViewVersion};
+use crate::client::{Client, NodeConn};
+use crate::error::{Error, NoQuorum};
+use crate::keys::{fixed_key, KeyKind};
+use crate::lease::BeatReading;
+use crate::quorum::fanout::Wait;
+use crate::quorum::NodeOutcome;
+use crate::scripts::VIEW_WRITE;
+
+/// One node's view register as read: its token, and the view with its stored digest (or why it
+/// is unreadable).
+pub(crate) type StoredView = (u64, Option<Result<View, String>>);
+
+/// Decode a node's `{token, view, hash}`: the view must parse, match its digest and carry the
+/// stored version. Anything else is a corrupted register, reported, never read as empty.
+pub(crate) fn decode(
+    token: Option<String>,
+    json: Option<String>,
+    hash: Option<String>,
+) -> StoredView {
+    let token = match token.as_deref().map(parse_int) {
+        None => return (0, None),
+        Some(Some(t)) => t,
+        Some(None) => return (0, Some(Err(format!("corrupted view token {token:?}")))),
+    };
+    let view = match json {
+        None => Err("view token without a view".to_string()),
+        Some(json) => match (serde_json::from_str::<View>(&json), hash) {
+            (Err(e), _) => Err(format!("unreadable view: {e}")),
+            (Ok(_), Some(h)) if h != View::digest(&json) => {
+                Err("the view does not match its digest".into())
+            }
+            (Ok(v), _) if v.version.token().map(|t| t.get()) != Some(token) => {
+                Err("the view's version is not its token".into())
+            }
+            (Ok(v), _) => Ok(v),
+        },
+    };
+    (token, Some(view))
+}
+
+/// A decimal integer as Redis stores it (digits only, below 2^53).
+pub(crate) fn parse_int(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|v| *v < crate::VALUE_LIMIT)
+}
+
+/// Choose the view a majority's answers name: the highest version. A corrupted register, or two
+/// different views at one version (impossible unless a node was tampered with), is an error:
+/// the reader adopts nothing rather than guess.
+pub(crate) fn pick(answers: &[&StoredView]) -> Result<Option<View>, String> {
+    let mut best: Option<(u64, &View)> = None;
+    for (token, view) in answers {
+        let view = match view {
+            None => continue,
+            Some(Err(e)) => return Err(e.clone()),
+            Some(Ok(v)) => v,
+        };
+        match best {
+            Some((t, b)) if t == *token && b != view => {
+                return Err(format!(
+                    "two different views at version {:?}: refusing both",
+                    view.version
+                ))
+            }
+            Some((t, _)) if t >= *token => {}
+            _ => best = Some((*token, view)),
+        }
+    }
+    Ok(best.map(|(_, v)| v.clone()))
+}
+
+/// A node's `token`, `view` and `hash` fields as stored.
+type RawView = (Option<String>, Option<String>, Option<String>);
+
+/// A majority's answers to one view read, with the beats that rode along.
+pub(crate) struct Reading {
+    pub(crate) views: Vec<StoredView>,
+    pub(crate) beats: Vec<BeatReading>,
+    pub(crate) at: Instant,
+}
+
+/// The group's view register.
+#[derive(Clone)]
+pub(crate) struct ViewRegister {
+    client: Client,
+    key: Arc<str>,
+    members_key: Arc<str>,
+    /// TEST ONLY: the forkable register (set-if-greater, versions reused after a partial seal).
+    forkable: bool,
+    /// The highest version this sealer tried in its term.
+    attempted: Arc<Mutex<Option<ViewVersion>>>,
+}
+
+impl ViewRegister {
+    pub(crate) fn new(
+        client: &Client,
+        key: Arc<str>,
+        members_key: Arc<str>,
+        forkable: bool,
+    ) -> Self {
+        ViewRegister {
+            client: client.clone(),
+            key,
+            members_key,
+            forkable,
+            attempted: Arc::default(),
+        }
+    }
+
+    /// Read the register (and the beats) from a majority.
+    pub(crate) async fn read(&self) -> Result<Reading, Error> {
+        let (key, members_key) = (self.key.clone(), self.members_key.clone());
+        let tally = self
+            .client
+            .fan_out("group.view.read", Wait::Decided, move |mut nc: NodeConn| {
+                let (key, members_key) = (key.clone(), members_key.clone());
+                async move {
+                    // The beats ride along in the same round trip: every member keeps a warm
+                    // watch of them, so a new leader can judge a crashed member without
+                    // waiting a whole lease time first.
+                    let ((token, json, hash), beats): (RawView, BTreeMap<String, String>) =
+                        redis::pipe()
+                            .cmd("HMGET")
+                            .arg(&*key)
+                            .arg("token")
+                            .arg("view")
+                            .arg("hash")
+                            .cmd("HGETALL")
+                            .arg(&*members_key)
+                            .query_async(&mut nc.conn)
+                            .await?;
+                    Ok(NodeOutcome::Applied((
+                        decode(token, json, hash),
+                        super::group::beat_reading(&nc, beats),
+                    )))
+                }
+            })
+            .await;
+        let at = Instant::now();
+        let tally = self
+            .client
+            .require_majority("group.view.read", tally, |_| String::new())?;
+        let (views, beats) = tally
+            .replies()
+            .map(|(_, (v, b))| (v.clone(), b.clone()))
+            .unzip();
+        Ok(Reading { views, beats, at })
+    }
+
+    /// The view a reading names, written back to a majority first (so every later reader sees
+    /// at least this view). `View::empty()` when the group has none yet.
+    pub(crate) async fn adopt(&self, reading: &Reading) -> Result<View, Error> {
+        let answers: Vec<&StoredView> = reading.views.iter().collect();
+        match pick(&answers).map_err(|e| Error::InvalidArgument(format!("view register: {e}")))? {
+            None => Ok(View::empty()),
+            Some(view) => {
+                self.write(&view).await?;
+                Ok(view)
+            }
+        }
+    }
+
+    /// Seal `view` (derived by this sealer from the view it read): its sequence number is
+    /// raised above every one tried before in this term, then it is written. Returns the view
+    /// as sealed.
+    pub(crate) async fn seal(&self, view: View) -> Result<View, Error> {
+        let view = if self.forkable {
+            view
+        } else {
+            let mut attempted = self.attempted.lock().unwrap_or_else(|p| p.into_inner());
+            let view = view.above_attempts(*attempted);
+            if attempted.is_none_or(|a| a < view.version) {
+                *attempted = Some(view.version);
+            }
+            view
+        };
+        self.write(&view).await?;
+        Ok(view)
+    }
+
+    /// Write `view` to every voting node (the compare-and-set on its base); Ok when a majority
+    /// holds it.
+    pub(crate) async fn write(&self, view: &View) -> Result<(), Error> {
+        let token = view.version.token().ok_or_else(|| {
+            Error::InvalidArgument(format!("view version {:?} out of range", view.version))
+        })?;
+        let base: Arc<str> = if self.forkable {
+            "-".into()
+        } else {
+            view.base
+                .token()
+                .map(|t| t.get().to_string())
+                .unwrap_or_else(|| "0".into())
+                .into()
+        };
+        let json = serde_json::to_string(view)
+            .map_err(|e| Error::InvalidArgument(format!("view cannot be encoded: {e}")))?;
+        let hash: Arc<str> = View::digest(&json).into();
+        let json: Arc<str> = json.into();
+        let (key, marker_key): (Arc<str>, Arc<str>) =
+            (self.key.clone(), fixed_key(KeyKind::Marker).into());
+        let tally = self
+            .client
+            .fan_out(
+                "group.view.write",
+                Wait::Decided,
+                move |mut nc: NodeConn| {
+                    let (key, marker_key, json, hash, base) = (
+                        key.clone(),
+                        marker_key.clone(),
+                        json.clone(),
+                        hash.clone(),
+                        base.clone(),
+                    );
+                    async move {
+                        let (status, current): (i64, u64) = VIEW_WRITE
+                            .key(&*key)
+                            .key(&*marker_key)
+                            .arg(token.get())
+                            .arg(&*json)
+                            .arg(&*hash)
+                            .arg(&*base)
+                            .arg(&*nc.marker)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if status == 1 {
+                            NodeOutcome::Applied((status, current))
+                        } else {
+                            NodeOutcome::Rejected((status, current))
+                        })
+                    }
+                },
+            )
+            .await;
+        if tally.reached() {
+            Ok(())
+        } else {
+            Err(NoQuorum::from_tally(
+                "group.view.write",
+                &tally,
+                self.client.node_urls(),
+                |(status, current)| match status {
+                    -2 => format!("holds another view at this version (token {current})"),
+                    -1 => "marker check failed".into(),
+                    _ => format!("holds a newer or sibling view (token {current})"),
+                },
+            )
+            .into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::membership::assign::ViewState;
+    use std::collections::BTreeSet;
+
+    fn view(term: u64, seq: u64, members: &[&str]) -> View {
+        let set: BTreeSet<String> = members.iter().map(|m| m.to_string()).collect();
+        let mut v = View::empty().next(&set, term).activated(term);
+        v.version = ViewVersion { term, seq };
+        v
+    }
+
+    fn stored(v: &View) -> StoredView {
+        let json = serde_json::to_string(v).expect("encodes");
+        decode(
+            v.version.token().map(|t| t.get().to_string()),
+            Some(json.clone()),
+            Some(View::digest(&json)),
+        )
+    }
+
+    #[test]
+    fn the_highest_version_wins_and_an_empty_register_is_no_view() {
+        let a = stored(&view(1, 2, &["a"]));
+        let b = stored(&view(1, 3, &["a", "b"]));
+        let none: StoredView = (0, None);
+        assert_eq!(pick(&[&a, &b, &none]), Ok(Some(view(1, 3, &["a", "b"]))));
+        assert_eq!(pick(&[&none, &none]), Ok(None));
+        assert_eq!(pick(&[&b, &b]), Ok(Some(view(1, 3, &["a", "b"]))));
+    }
+
+    #[test]
+    fn two_views_at_one_version_or_a_corrupted_register_are_refused() {
+        let x = stored(&view(1, 3, &["a", "b", "c"]));
+        let y = stored(&view(1, 3, &["a", "b", "d"]));
+        assert!(
+            pick(&[&x, &y]).is_err(),
+            "a fork must never be resolved by node order"
+        );
+        for bad in [
+            decode(Some("nan".into()), None, None),
+            decode(Some("12".into()), None, None),
+            decode(Some("12".into()), Some("{".into()), None),
+            decode(
+                Some("7".into()),
+                Some(serde_json::to_string(&view(1, 3, &["a"])).expect("json")),
+                None,
+            ),
+        ] {
+            assert!(pick(&[&bad]).is_err(), "{bad:?} must be an error");
+        }
+        let json = serde_json::to_string(&view(1, 3, &["a"])).expect("json");
+        let tampered = decode(
+            Some(
+                view(1, 3, &["a"])
+                    .version
+                    .token()
+                    .expect("t")
+                    .get()
+                    .to_string(),
+            ),
+            Some(json),
+            Some("0000000000000000".into()),
+        );
+        assert!(pick(&[&tampered]).is_err());
+        assert_eq!(parse_int("12"), Some(12));
+        for bad in ["", "-1", "1e3", "nan", " 1", "99999999999999999"] {
+            assert_eq!(parse_int(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_sealer_never_reuses_a_version_it_tried() {
+        let base = view(4, 7, &["a"]);
+        let tried = base.next(&["a", "b"].iter().map(|s| s.to_string()).collect(), 4);
+        assert_eq!(tried.version, ViewVersion { term: 4, seq: 8 });
+        assert_eq!(tried.base, base.version);
+        // The seal of `tried` reached one node; the sealer reads `base` again and derives anew.
+        let again = base
+            .next(&["a", "c"].iter().map(|s| s.to_string()).collect(), 4)
+            .above_attempts(Some(tried.version));
+        assert_eq!(again.version, ViewVersion { term: 4, seq: 9 });
+        assert_eq!(again.base, base.version, "still derived from what it read");
+        assert_eq!(again.state, ViewState::Prepare);
+        // Another term's attempts do not matter.
+        let next_term = base
+            .next(&["a"].iter().map(|s| s.to_string()).collect(), 5)
+            .above_attempts(Some(tried.version));
+        assert_eq!(next_term.version, ViewVersion { term: 5, seq: 1 });
+    }
+}
+
+/// TEST ONLY: the view register of a group, driven directly (read, adopt, seal), so a test
+/// can place partial seals and concurrent readers exactly. Never use it in production.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct ViewRegisterForTests(ViewRegister);
+
+/// TEST ONLY: one majority read of a view register.
+#[doc(hidden)]
+pub struct ReadingForTests(Reading);
+
+impl std::fmt::Debug for ViewRegisterForTests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewRegisterForTests")
+            .field("key", &self.0.key)
+            .field("forkable", &self.0.forkable)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ReadingForTests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadingForTests")
+            .field("views", &self.0.views)
+            .finish()
+    }
+}
+
+impl ViewRegisterForTests {
+    /// The register of `group`; `forkable` selects the unsafe register.
+    pub fn new(client: &Client, group: &str, forkable: bool) -> Result<Self, Error> {
+        let group = crate::keys::Name::new("group", group)?;
+        Ok(ViewRegisterForTests(ViewRegister::new(
+            client,
+            group.key(KeyKind::View).into(),
+            group.key(KeyKind::Members).into(),
+            forkable,
+        )))
+    }
+
+    /// Read from a majority (no write-back yet).
+    pub async fn read(&self) -> Result<ReadingForTests, Error> {
+        self.0.read().await.map(ReadingForTests)
+    }
+
+    /// Choose the view the reading names, write it back to a majority, adopt it.
+    pub async fn adopt(&self, reading: &ReadingForTests) -> Result<View, Error> {
+        self.0.adopt(&reading.0).await
+    }
+
+    /// Seal a view derived from one this register read (as a leader does).
+    pub async fn seal(&self, view: View) -> Result<View, Error> {
+        self.0.seal(view).await
+    }
+}
