@@ -59,6 +59,32 @@ pub(crate) struct NodeConn {
     pub(crate) run_id: Arc<str>,
 }
 
+impl NodeConn {
+    /// A pipeline that first reads the node's marker: a read that decides something runs
+    /// behind it, and [`marker_holds`](Self::marker_holds) tells whether its answer counts
+    /// (a node emptied by FLUSHALL, or swapped behind a proxy, is caught at once rather than
+    /// at its next probe).
+    pub(crate) fn checked_pipe(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(crate::keys::fixed_key(crate::keys::KeyKind::Marker));
+        pipe
+    }
+
+    /// Whether the marker read by [`checked_pipe`](Self::checked_pipe) is the expected one.
+    pub(crate) fn marker_holds(&self, marker: Option<&str>) -> bool {
+        &*self.marker == "*" || marker == Some(&*self.marker)
+    }
+
+    /// The outcome of a read whose marker check failed.
+    pub(crate) fn stale<T>(&self) -> NodeOutcome<T> {
+        NodeOutcome::Unknown(UnknownCause::Excluded(
+            "its marker changed (data lost, or another server): it votes again once repaired"
+                .into(),
+        ))
+    }
+}
+
 /// What the client concludes from its nodes' latest probes, recomputed when any node
 /// records a new probe.
 pub(crate) struct Verdicts {

@@ -49,7 +49,7 @@ use crate::client::{Client, NodeConn};
 use crate::error::{Error, NoQuorum};
 use crate::keys::{fixed_key, KeyKind, Name};
 use crate::quorum::fanout::Wait;
-use crate::quorum::{NodeOutcome, Tally};
+use crate::quorum::{bounded_learn, NodeOutcome, Tally};
 use crate::scripts::{ID_PROPOSE, VALUE_LIMIT};
 
 /// Most IDs one call may ask for.
@@ -442,18 +442,12 @@ impl Generator {
     /// which case the majority's value is used: one node with a huge value cannot make the
     /// sequence jump.
     fn learn(&self, tally: &Tally<Reply>, last: u64) -> bool {
-        let mut values: Vec<u64> = tally.replies().map(|(_, r)| r.value()).collect();
-        values.sort_unstable();
-        let needed = tally.majority().needed();
-        let mut guess = values.last().copied().unwrap_or(0);
-        let majority_floor = values.get(needed.saturating_sub(1)).copied();
-        if let Some(floor) = majority_floor {
-            if guess.saturating_sub(floor) > self.max_jump {
-                tracing::warn!(sequence = %self.name, reported = guess, majority = floor, "a node reports a value far above the majority; not jumping to it");
-                guess = floor;
-            }
-        } else if guess.saturating_sub(self.state().known_max) > self.max_jump {
-            guess = 0;
+        let values: Vec<u64> = tally.replies().map(|(_, r)| r.value()).collect();
+        let known = self.state().known_max;
+        let (mut guess, set_aside) =
+            bounded_learn(&values, tally.majority().needed(), known, self.max_jump);
+        if set_aside {
+            tracing::warn!(sequence = %self.name, reported = ?values, learned = guess, "a node reports a value far above the majority; not jumping to it");
         }
         if tally.applied() > 0 {
             // Nodes that accepted this block now hold `last`: the next base must pass it.

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use crate::client::NodeConn;
 use crate::error::Error;
 use crate::fencing::FencingToken;
+use crate::keys::{fixed_key, KeyKind};
 use crate::lock::Lock;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
+use crate::scripts::RECORD;
 
 /// The token recorded for `period`, if a node of a majority has it.
 pub(crate) async fn completed(
@@ -22,11 +24,16 @@ pub(crate) async fn completed(
         .fan_out("job.completed", Wait::All, move |mut nc: NodeConn| {
             let (key, field) = (key.clone(), field.clone());
             async move {
-                let token: Option<u64> = redis::cmd("HGET")
+                let (marker, token): (Option<String>, Option<u64>) = nc
+                    .checked_pipe()
+                    .cmd("HGET")
                     .arg(&*key)
                     .arg(&*field)
                     .query_async(&mut nc.conn)
                     .await?;
+                if !nc.marker_holds(marker.as_deref()) {
+                    return Ok(nc.stale());
+                }
                 Ok(NodeOutcome::Applied(token))
             }
         })
@@ -54,13 +61,19 @@ pub(crate) async fn record(
         .fan_out("job.record", Wait::Decided, move |mut nc: NodeConn| {
             let (key, field) = (key.clone(), field.clone());
             async move {
-                let _: i64 = redis::cmd("HSET")
-                    .arg(&*key)
+                let (status, _): (i64, u64) = RECORD
+                    .key(&*key)
+                    .key(fixed_key(KeyKind::Marker))
                     .arg(&*field)
                     .arg(token.get())
-                    .query_async(&mut nc.conn)
+                    .arg(&*nc.marker)
+                    .invoke_async(&mut nc.conn)
                     .await?;
-                Ok(NodeOutcome::Applied(()))
+                Ok(if status == 1 {
+                    NodeOutcome::Applied(())
+                } else {
+                    NodeOutcome::Rejected(())
+                })
             }
         })
         .await;

@@ -69,8 +69,12 @@ use crate::fencing::FencingToken;
 use crate::keys::{fixed_key, KeyKind, Name};
 use crate::lease::{self, Ask, ExtendVerdict, KeyState, Plan, Seen, Watch};
 use crate::quorum::fanout::Wait;
-use crate::quorum::{NodeOutcome, Tally, UnknownCause};
+use crate::quorum::{bounded_learn, NodeOutcome, Tally, UnknownCause};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, VALUE_LIMIT};
+
+/// How far above the majority's fence one node's fence may be before it is set aside (the
+/// same bound as [`crate::id::DEFAULT_MAX_JUMP`]).
+const MAX_FENCE_JUMP: u64 = crate::id::DEFAULT_MAX_JUMP;
 
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -422,7 +426,18 @@ impl Lock {
             let only_reads = asks.iter().all(|a| *a == Ask::Read);
             let tally = self.send_round(&value, token, asks).await;
             let seen_at = Instant::now();
-            let highest = tally.replies().map(|(_, g)| g.fence).max().unwrap_or(0);
+            // A fence far above what a majority reports (a corrupted or hostile node) is not
+            // learned: the token would jump toward its limit.
+            let fences: Vec<u64> = tally.replies().map(|(_, g)| g.fence).collect();
+            let (highest, set_aside) = bounded_learn(
+                &fences,
+                needed,
+                inner.known_fence.load(Ordering::Acquire),
+                MAX_FENCE_JUMP,
+            );
+            if set_aside {
+                tracing::warn!(lock = %inner.name.as_str(), fences = ?fences, learned = highest, "a node reports a fence far above the majority; not jumping to it");
+            }
             inner.known_fence.fetch_max(
                 highest.max(if tally.applied() > 0 { token } else { 0 }),
                 Ordering::AcqRel,

@@ -1,53 +1,107 @@
 //! The Lua scripts, each in its own file under `src/scripts/` with a header documenting
 //! KEYS, ARGV (with units) and return values.
 //!
+//! Every script starts with `scripts/prelude.lua` (strict integer parsing, corrupted registers
+//! raised as errors).
+//!
 //! Scripts are sent with EVALSHA and reloaded on NOSCRIPT by redis-rs (safe: NOSCRIPT means
 //! nothing ran). User-supplied names reach them only as KEYS.
 
 use std::sync::LazyLock;
 
 /// The ID generator's node step: set-if-less-than for a block, guarded by the node marker.
-pub(crate) static ID_PROPOSE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/id_propose.lua")));
+pub(crate) static ID_PROPOSE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/id_propose.lua")
+    ))
+});
 
 /// Repair: raise monotonic registers to at least the given values.
-pub(crate) static RAISE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/raise.lua")));
+pub(crate) static RAISE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/raise.lua")
+    ))
+});
 
 /// Largest value any ID or token may take, exclusive: Lua compares doubles, exact below 2^53.
 pub const VALUE_LIMIT: u64 = 1 << 53;
 
 /// Lease acquisition with the fencing token minted in the same step.
-pub(crate) static LOCK_ACQUIRE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_acquire.lua")));
+pub(crate) static LOCK_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/lock_acquire.lua")
+    ))
+});
 
 /// Lease extension (compare-and-pexpire).
-pub(crate) static LOCK_EXTEND: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_extend.lua")));
+pub(crate) static LOCK_EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/lock_extend.lua")
+    ))
+});
 
 /// Lease release (compare-and-delete, notifies waiters).
-pub(crate) static LOCK_RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/lock_release.lua")));
+pub(crate) static LOCK_RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/lock_release.lua")
+    ))
+});
 
 /// Resource-side fencing guard for a Redis resource (see [`crate::fencing`]).
-pub(crate) static FENCED_SET: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/fenced_set.lua")));
+pub(crate) static FENCED_SET: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/fenced_set.lua")
+    ))
+});
 
 /// The text of the resource-side fencing guard, for users who load it themselves.
-pub const FENCED_SET_LUA: &str = include_str!("scripts/fenced_set.lua");
+pub const FENCED_SET_LUA: &str = concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/fenced_set.lua")
+);
 
 /// Membership beat / leave.
-pub(crate) static MEMBER_BEAT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/member_beat.lua")));
+pub(crate) static MEMBER_BEAT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/member_beat.lua")
+    ))
+});
 
 /// The view register's conditional write.
-pub(crate) static VIEW_WRITE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/view_write.lua")));
+pub(crate) static VIEW_WRITE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/view_write.lua")
+    ))
+});
 
 /// Repair: restore lease keys and hash entries a quarantined node lost.
-pub(crate) static RESTORE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/restore.lua")));
+pub(crate) static RESTORE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/restore.lua")
+    ))
+});
 
 /// Bootstrap: mark a new node for a cluster and store the cluster's descriptor.
-pub(crate) static CLUSTER_INIT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/cluster_init.lua")));
+pub(crate) static CLUSTER_INIT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/cluster_init.lua")
+    ))
+});
+
+/// Raise one integer field of a hash (completion records, acknowledgements), marker-guarded.
+pub(crate) static RECORD: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/record.lua")
+    ))
+});

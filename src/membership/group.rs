@@ -59,12 +59,12 @@ use crate::clock::Stamp;
 use crate::election::{Election, Leadership};
 use crate::error::Error;
 use crate::fencing::FencingToken;
-use crate::keys::{KeyKind, Name};
+use crate::keys::{fixed_key, KeyKind, Name};
 use crate::lease::{self, BeatGarbage, BeatReading, Beats};
 use crate::lock::Lock;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::MEMBER_BEAT;
+use crate::scripts::{MEMBER_BEAT, RECORD};
 
 use super::register::{self, ViewRegister};
 
@@ -739,14 +739,20 @@ async fn beat(shared: &Shared, seq: u64, leave: bool) -> bool {
             move |mut nc: NodeConn| {
                 let (key, member) = (key.clone(), member.clone());
                 async move {
-                    let _: i64 = MEMBER_BEAT
+                    let status: i64 = MEMBER_BEAT
                         .key(&*key)
+                        .key(fixed_key(KeyKind::Marker))
                         .arg(&*member)
                         .arg(seq)
                         .arg(if leave { "1" } else { "0" })
+                        .arg(&*nc.marker)
                         .invoke_async(&mut nc.conn)
                         .await?;
-                    Ok(NodeOutcome::Applied(()))
+                    Ok(if status == 1 {
+                        NodeOutcome::Applied(())
+                    } else {
+                        NodeOutcome::Rejected(())
+                    })
                 }
             },
         )
@@ -768,9 +774,11 @@ async fn collect_garbage(client: Client, key: Arc<str>, garbage: BeatGarbage) {
                     if let Some((_, v)) = values.iter().find(|(n, _)| *n == nc.node) {
                         let _: i64 = MEMBER_BEAT
                             .key(&*key)
+                            .key(fixed_key(KeyKind::Marker))
                             .arg(member)
                             .arg(&**v)
                             .arg("gc")
+                            .arg(&*nc.marker)
                             .invoke_async(&mut nc.conn)
                             .await?;
                     }
@@ -804,10 +812,15 @@ async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
         .fan_out("group.members", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let beats: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
-                    .arg(&*key)
-                    .query_async(&mut nc.conn)
-                    .await?;
+                let (marker, beats): (Option<String>, std::collections::BTreeMap<String, String>) =
+                    nc.checked_pipe()
+                        .cmd("HGETALL")
+                        .arg(&*key)
+                        .query_async(&mut nc.conn)
+                        .await?;
+                if !nc.marker_holds(marker.as_deref()) {
+                    return Ok(nc.stale());
+                }
                 Ok(NodeOutcome::Applied(beat_reading(&nc, beats)))
             }
         })
@@ -827,10 +840,15 @@ async fn acknowledged(shared: &Shared, version: ViewVersion) -> Result<BTreeSet<
         .fan_out("group.acks", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let acks: std::collections::HashMap<String, u64> = redis::cmd("HGETALL")
+                let (marker, acks): (Option<String>, std::collections::HashMap<String, u64>) = nc
+                    .checked_pipe()
+                    .cmd("HGETALL")
                     .arg(&*key)
                     .query_async(&mut nc.conn)
                     .await?;
+                if !nc.marker_holds(marker.as_deref()) {
+                    return Ok(nc.stale());
+                }
                 Ok(NodeOutcome::Applied(acks))
             }
         })
@@ -858,13 +876,19 @@ async fn ack(shared: &Shared, version: ViewVersion) -> bool {
         .fan_out("group.ack", Wait::Decided, move |mut nc: NodeConn| {
             let (key, id) = (key.clone(), id.clone());
             async move {
-                let _: i64 = redis::cmd("HSET")
-                    .arg(&*key)
+                let (status, _): (i64, u64) = RECORD
+                    .key(&*key)
+                    .key(fixed_key(KeyKind::Marker))
                     .arg(&*id)
                     .arg(token.get())
-                    .query_async(&mut nc.conn)
+                    .arg(&*nc.marker)
+                    .invoke_async(&mut nc.conn)
                     .await?;
-                Ok(NodeOutcome::Applied(()))
+                Ok(if status == 1 {
+                    NodeOutcome::Applied(())
+                } else {
+                    NodeOutcome::Rejected(())
+                })
             }
         })
         .await;

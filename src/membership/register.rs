@@ -149,17 +149,24 @@ impl ViewRegister {
                     // The beats ride along in the same round trip: every member keeps a warm
                     // watch of them, so a new leader can judge a crashed member without
                     // waiting a whole lease time first.
-                    let ((token, json, hash), beats): (RawView, BTreeMap<String, String>) =
-                        redis::pipe()
-                            .cmd("HMGET")
-                            .arg(&*key)
-                            .arg("token")
-                            .arg("view")
-                            .arg("hash")
-                            .cmd("HGETALL")
-                            .arg(&*members_key)
-                            .query_async(&mut nc.conn)
-                            .await?;
+                    let (marker, (token, json, hash), beats): (
+                        Option<String>,
+                        RawView,
+                        BTreeMap<String, String>,
+                    ) = nc
+                        .checked_pipe()
+                        .cmd("HMGET")
+                        .arg(&*key)
+                        .arg("token")
+                        .arg("view")
+                        .arg("hash")
+                        .cmd("HGETALL")
+                        .arg(&*members_key)
+                        .query_async(&mut nc.conn)
+                        .await?;
+                    if !nc.marker_holds(marker.as_deref()) {
+                        return Ok(nc.stale());
+                    }
                     Ok(NodeOutcome::Applied((
                         decode(token, json, hash),
                         super::group::beat_reading(&nc, beats),

@@ -278,6 +278,43 @@ impl<T> Tally<T> {
     }
 }
 
+/// The value to learn from the values nodes reported (a sequence's maximum, a lock's fence):
+/// the largest, unless it is more than `max_jump` above the value the `needed`-th smallest
+/// reply holds, in which case that value: one node with a huge (corrupted or hostile) value
+/// cannot make a sequence or a fence jump toward its limit. With fewer than `needed` replies,
+/// a value more than `max_jump` above `known` is ignored. Returns the value and whether the
+/// largest was set aside.
+pub(crate) fn bounded_learn(
+    values: &[u64],
+    needed: usize,
+    known: u64,
+    max_jump: u64,
+) -> (u64, bool) {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let largest = sorted.last().copied().unwrap_or(0);
+    match sorted.get(needed.saturating_sub(1)) {
+        Some(floor) if largest.saturating_sub(*floor) > max_jump => (*floor, true),
+        Some(_) => (largest, false),
+        None if largest.saturating_sub(known) > max_jump => (0, true),
+        None => (largest, false),
+    }
+}
+
+#[cfg(test)]
+mod learn_tests {
+    use super::bounded_learn;
+
+    #[test]
+    fn one_huge_value_does_not_make_the_sequence_jump() {
+        assert_eq!(bounded_learn(&[5, 7, 9], 2, 0, 100), (9, false));
+        assert_eq!(bounded_learn(&[5, 7, 1 << 50], 2, 0, 100), (7, true));
+        assert_eq!(bounded_learn(&[1 << 50], 2, 3, 100), (0, true));
+        assert_eq!(bounded_learn(&[50], 2, 3, 100), (50, false));
+        assert_eq!(bounded_learn(&[], 2, 3, 100), (0, false));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,11 +8,11 @@
 --
 -- Returns  {1, token}    applied: KEYS[1] = ARGV[2], KEYS[2] = token.
 --          {0, highest}  rejected: a newer holder (higher token) already wrote; nothing changed.
-local token = tonumber(ARGV[1])
-if not token or token < 1 or token >= 9007199254740992 then
-  return redis.error_reply('ERR rq fenced_set: bad token')
+local token = rq_int(ARGV[1])
+if not token or token < 1 then
+  return redis.error_reply('ERR rq fenced_set: bad token ' .. tostring(ARGV[1]))
 end
-local highest = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local highest = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
 if token < highest then
   return {0, highest}
 end

@@ -15,12 +15,12 @@
 --          {-1, current}  refused: the marker is missing or differs (the node lost its data or
 --                         restarted since it was verified); nothing changed.
 --          An error reply for malformed arguments; nothing changed.
-local base = tonumber(ARGV[1])
-local last = tonumber(ARGV[2])
-if not base or not last or base < 1 or last < base or last >= 9007199254740992 then
-  return redis.error_reply('ERR rq id_propose: bad block ' .. tostring(ARGV[1]) .. '..' .. tostring(ARGV[2]))
+local base = rq_arg(ARGV[1], 'id_propose base')
+local last = rq_arg(ARGV[2], 'id_propose last')
+if base < 1 or last < base then
+  return redis.error_reply('ERR rq id_propose: bad block ' .. ARGV[1] .. '..' .. ARGV[2])
 end
-local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local current = rq_stored(redis.call('GET', KEYS[1]), KEYS[1])
 if ARGV[3] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return {-1, current}
 end

@@ -31,16 +31,17 @@
 --           -1   marker missing or stale: the node may not vote; nothing changed.
 -- A node grants only when the key is as expected AND its fence is below the token, so a token
 -- granted by a majority is above every token granted by a majority before it.
-local ttl = tonumber(ARGV[2])
-local token = tonumber(ARGV[3])
-if not ttl or ttl < 1 or not token or token < 1 or token >= 9007199254740992 then
+local ttl = rq_arg(ARGV[2], 'lock_acquire ttl')
+local token = rq_arg(ARGV[3], 'lock_acquire token')
+local expected_version = rq_arg(ARGV[7], 'lock_acquire expected version')
+if ttl < 1 or token < 1 then
   return redis.error_reply('ERR rq lock_acquire: bad ttl or token')
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local fence = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
 local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 't')
 local value = cur[1] or ''
-local version = tonumber(cur[2] or '0') or 0
-local cur_ttl = tonumber(cur[3] or '0') or 0
+local version = rq_stored(cur[2], KEYS[1] .. ' n')
+local cur_ttl = rq_stored(cur[3], KEYS[1] .. ' t')
 if ARGV[4] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return {-1, fence, value, version, cur_ttl}
 end
@@ -49,7 +50,7 @@ local expected
 if mode == 'absent' then
   expected = (cur[1] == false)
 elseif mode == 'swap' then
-  expected = (cur[1] ~= false and value == ARGV[6] and version == tonumber(ARGV[7]))
+  expected = (cur[1] ~= false and value == ARGV[6] and version == expected_version)
 else
   expected = false
 end

@@ -17,10 +17,10 @@
 --           0  the key holds another value (someone else's lease): nothing changed;
 --          -2  no key, and a later acquisition was granted here (fence above the token);
 --          -1  marker missing or stale: nothing changed.
-local version = tonumber(ARGV[2])
-local ttl = tonumber(ARGV[3])
-local token = tonumber(ARGV[4])
-if not version or version < 1 or not ttl or ttl < 1 or not token or token < 1 or token >= 9007199254740992 then
+local version = rq_arg(ARGV[2], 'lock_extend version')
+local ttl = rq_arg(ARGV[3], 'lock_extend ttl')
+local token = rq_arg(ARGV[4], 'lock_extend token')
+if version < 1 or ttl < 1 or token < 1 then
   return redis.error_reply('ERR rq lock_extend: bad version, ttl or token')
 end
 if ARGV[5] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[5] then
@@ -28,7 +28,7 @@ if ARGV[5] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[5] then
 end
 local cur = redis.call('HGET', KEYS[1], 'v')
 if cur == ARGV[1] then
-  local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') or 0
+  local n = rq_stored(redis.call('HGET', KEYS[1], 'n'), KEYS[1] .. ' n')
   if version > n then
     redis.call('HSET', KEYS[1], 'n', ARGV[2], 't', ARGV[3])
   end
@@ -43,7 +43,7 @@ end
 if ARGV[6] == 'x' then
   return 0
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local fence = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
 if fence > token then
   return -2
 end

@@ -7,11 +7,8 @@
 --             Never lowers a value.
 local raised = 0
 for i, key in ipairs(KEYS) do
-  local want = tonumber(ARGV[i])
-  if not want or want < 0 or want >= 9007199254740992 then
-    return redis.error_reply('ERR rq raise: bad value for key ' .. i)
-  end
-  local current = tonumber(redis.call('GET', key) or '0') or 0
+  local want = rq_arg(ARGV[i], 'raise value')
+  local current = rq_stored(redis.call('GET', key), key)
   if current < want then
     redis.call('SET', key, ARGV[i])
     raised = raised + 1

@@ -16,14 +16,11 @@
 -- Returns  the number of keys or fields written.
 local mode = ARGV[1]
 if mode == 'lease' then
-  local token = tonumber(ARGV[5])
-  if not token then
-    return redis.error_reply('ERR rq restore: bad token')
-  end
+  local token = rq_arg(ARGV[5], 'restore token')
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
   end
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  local fence = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
   if fence > token then
     return 0
   end
@@ -38,8 +35,8 @@ for i = 2, #ARGV - 1, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   local cur = redis.call('HGET', KEYS[1], field)
   if mode == 'max' then
-    local want = tonumber(value)
-    if want and (not cur or (tonumber(cur) or 0) < want) then
+    local want = rq_int(value)
+    if want and (not cur or rq_stored(cur, KEYS[1] .. ' ' .. field) < want) then
       redis.call('HSET', KEYS[1], field, value)
       written = written + 1
     end

@@ -20,28 +20,11 @@
 --          {-2, current}  the node holds another view at this very version: a fork refused.
 --          {-1, current}  marker missing or stale: the node may not vote.
 --          An error reply for malformed arguments or a corrupted register.
-local function int(s)
-  if type(s) ~= 'string' or not string.match(s, '^%d+$') or #s > 16 then
-    return nil
-  end
-  local n = tonumber(s)
-  if n >= 9007199254740992 then
-    return nil
-  end
-  return n
-end
-local token = int(ARGV[1])
+local token = rq_int(ARGV[1])
 if not token or token < 1 then
   return redis.error_reply('ERR rq view_write: bad token')
 end
-local raw = redis.call('HGET', KEYS[1], 'token')
-local current = 0
-if raw then
-  current = int(raw)
-  if not current then
-    return redis.error_reply('ERR rq view_write: corrupted register ' .. KEYS[1])
-  end
-end
+local current = rq_stored(redis.call('HGET', KEYS[1], 'token'), KEYS[1] .. ' token')
 if ARGV[5] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[5] then
   return {-1, current}
 end
@@ -54,7 +37,7 @@ if ARGV[4] == '-' then
   end
   return {0, current}
 end
-local base = int(ARGV[4])
+local base = rq_int(ARGV[4])
 if not base or base >= token then
   return redis.error_reply('ERR rq view_write: bad base')
 end
