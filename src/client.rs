@@ -131,14 +131,36 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Validate `config`, log its warnings, and open connections to every node concurrently
     /// (waiting at most one node timeout). Unreachable nodes are not an error here: they are
-    /// retried on every operation.
+    /// retried on every operation. Quarantined nodes are repaired; on a brand-new cluster
+    /// (every node reachable, none marked, no data) the nodes are marked as one cluster, whose
+    /// descriptor (the node list) every node then holds (see [`crate::cluster`]).
     ///
     /// # Errors
-    /// [`Error::Config`] if the configuration is invalid.
+    /// [`Error::Config`] if the configuration is invalid, or
+    /// [`ConfigError::ClusterMismatch`] if the nodes belong to a cluster with another node list
+    /// (or to different clusters): the error names both lists.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the half-built client.
     pub async fn connect(config: Config) -> Result<Client, Error> {
+        let client = Self::open(config, true).await?;
+        // A client whose node list is not the cluster's is refused before it does anything.
+        if let Adoption::Refused(why) = &client.verdicts().adoption {
+            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
+        }
+        Ok(client)
+    }
+
+    /// The cluster this client works in (the descriptor its nodes hold), once known.
+    pub fn cluster(&self) -> Option<cluster::Descriptor> {
+        match &self.verdicts().adoption {
+            Adoption::Adopted(d) => Some(d.clone()),
+            _ => None,
+        }
+    }
+
+    /// Build the client and reach its nodes; `repair` also repairs quarantined nodes at once.
+    pub(crate) async fn open(config: Config, repair: bool) -> Result<Client, Error> {
         config.validate()?;
         for w in config.warnings() {
             tracing::warn!("{w}");
@@ -188,14 +210,10 @@ impl Client {
         let quarantined: Vec<usize> = (0..client.inner.nodes.len())
             .filter(|i| client.quarantine_reason(*i).is_some())
             .collect();
-        if !quarantined.is_empty() {
+        if repair && !quarantined.is_empty() {
             let deadline = client.inner.config.operation_timeout;
             let repairs = quarantined.into_iter().map(|i| client.repair(i));
             let _ = tokio::time::timeout(deadline, futures::future::join_all(repairs)).await;
-        }
-        // A client whose node list is not the cluster's is refused before it does anything.
-        if let Adoption::Refused(why) = &client.verdicts().adoption {
-            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
         }
         Ok(client)
     }

@@ -114,6 +114,10 @@ impl Descriptor {
     }
 }
 
+/// The suffix a change of the node list appends to an old node's marker: the node then votes
+/// for no client of the old cluster (see [`crate::Client::change_cluster`]).
+pub const SEALED: &str = "#sealed";
+
 /// The marker value of a node verified for cluster `cluster`: `<run_id>/<cluster id>`.
 pub fn marker_value(run_id: &str, cluster: &str) -> String {
     format!("{run_id}/{cluster}")
@@ -255,6 +259,25 @@ pub fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) 
         );
     };
     let (run, cluster) = parse_marker(marker);
+    if let (Some(c), Adoption::Adopted(d)) = (cluster, adopted) {
+        if let Some(sealed) = c.strip_suffix(SEALED) {
+            return if d.prev.as_deref() == Some(sealed) {
+                q(
+                    format!(
+                        "sealed when cluster {sealed} was replaced by cluster {}",
+                        d.id
+                    ),
+                    true,
+                )
+            } else if sealed == d.id {
+                Standing::Stranger(format!(
+                    "cluster {sealed} was sealed by a change of its node list: use the new list"
+                ))
+            } else {
+                Standing::Stranger(format!("sealed for cluster {sealed}, not {}", d.id))
+            };
+        }
+    }
     let Some(cluster) = cluster else {
         return q(
             "marker from an older release (no cluster id): re-verified like a new node".into(),

@@ -402,6 +402,11 @@ impl Config {
         self.node_timeout
     }
 
+    /// The connect deadline.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// The overall operation deadline.
     pub fn operation_timeout(&self) -> Duration {
         self.operation_timeout

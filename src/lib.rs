@@ -62,4 +62,5 @@ pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use lease::MAX_DRIFT_RATE;
 pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LossReason};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
+pub use repair::ClusterChange;
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};

@@ -46,9 +46,12 @@ use std::time::Duration;
 use crate::client::{Client, NodeConn, Targets};
 use crate::cluster::{self, Adoption, Descriptor, Standing};
 use crate::keys::{fixed_key, KeyKind, KEY_PREFIX};
+
+use crate::config::{Config, ConfigError};
+use crate::error::Error;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{CLUSTER_INIT, RAISE, RESTORE, VIEW_WRITE};
+use crate::scripts::{CLUSTER_INIT, RAISE, RESTORE, SEAL, VIEW_WRITE};
 
 /// Key patterns of every monotonic register a repair must raise. Fixed strings only: user
 /// names never reach a SCAN pattern.
@@ -337,35 +340,7 @@ impl Client {
         run_id: &str,
     ) -> RepairOutcome {
         let inner = &self.inner;
-        let mut target: BTreeMap<String, u64> = BTreeMap::new();
-        for h in sources {
-            for (k, v) in &h.registers {
-                let e = target.entry(k.clone()).or_insert(0);
-                *e = (*e).max(*v);
-            }
-        }
-        let pairs: Vec<(String, u64)> = target.into_iter().collect();
-        let mut best_views: BTreeMap<String, (u64, String)> = BTreeMap::new();
-        for h in sources {
-            for (k, (t, v)) in &h.views {
-                if best_views.get(k).is_none_or(|(bt, _)| t > bt) {
-                    best_views.insert(k.clone(), (*t, v.clone()));
-                }
-            }
-        }
-        let views: Vec<(String, (u64, String))> = best_views.into_iter().collect();
-        let restores = if inner.config.server_clock_leases {
-            // TEST ONLY: the unsafe Redlock behaviour, where a lost lease copy or beat stays
-            // lost.
-            let mut hashes = merge_restores(sources).hashes;
-            hashes.retain(|k, _| !k.starts_with("rq:members:"));
-            Restores {
-                hashes,
-                ..Restores::default()
-            }
-        } else {
-            merge_restores(sources)
-        };
+        let (pairs, views, restores) = repair_plan(sources, inner.config.server_clock_leases);
         let restores = std::sync::Arc::new(restores);
         let mark = std::sync::Arc::new(Mark {
             run_id: run_id.to_string(),
@@ -688,4 +663,255 @@ async fn raise_and_mark(
         .query_async(&mut nc.conn)
         .await?;
     Ok(NodeOutcome::Applied(raised))
+}
+
+/// What a change of the node list did.
+#[derive(Clone, Debug)]
+pub struct ClusterChange {
+    /// The cluster that was replaced.
+    pub from: Descriptor,
+    /// The new cluster.
+    pub to: Descriptor,
+    /// Old nodes sealed (they vote for no client of the old cluster any more).
+    pub sealed: usize,
+    /// New nodes raised and marked (the others are repaired by the first client that reaches
+    /// them, by the URL the new cluster lists).
+    pub marked: usize,
+}
+
+impl Client {
+    /// Change the cluster's node list to `to`'s (add, remove or replace nodes), from a client
+    /// of the current cluster. The procedure, safe while clients keep running:
+    ///
+    /// 1. **Seal** a majority of the old nodes: their marker gets a suffix, so no client of the
+    ///    old list gets a majority any more (its operations fail with an error that names both
+    ///    lists).
+    /// 2. Wait one node timeout, so every write an old client counted is on its nodes.
+    /// 3. **Read** every register from the sealed majority (it meets every old majority).
+    /// 4. **Raise** every node of the new list it reaches to those values, store the new
+    ///    descriptor and mark it; at least a majority of the new list must be marked.
+    ///
+    /// Clients configured with the new list work once a majority of it is marked; clients
+    /// still configured with the old list are refused. A run that fails part-way can be run
+    /// again (it resumes: sealed nodes stay sealed).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when this client has no cluster yet or `to` lists the same
+    /// nodes; [`Error::NoQuorum`] when fewer than a majority of the old nodes could be sealed
+    /// or read, or fewer than a majority of the new ones marked.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped call leaves the old cluster sealed and the new one partly
+    /// marked; run it again to finish.
+    pub async fn change_cluster(&self, to: Config) -> Result<ClusterChange, Error> {
+        let inner = &self.inner;
+        let from = match &self.verdicts().adoption {
+            Adoption::Adopted(d) => d.clone(),
+            Adoption::Refused(why) => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())))
+            }
+            Adoption::Unknown => {
+                return Err(Error::InvalidArgument(
+                    "these nodes hold no cluster yet: connect with the new list to set it up"
+                        .into(),
+                ))
+            }
+        };
+        let names: Vec<String> = to.nodes().iter().map(|u| u.name().to_string()).collect();
+        let new = from.succeeding(&names);
+        let needed_old = inner.majority.needed();
+
+        // 1. Seal.
+        let sealed_marker = |run: &str| {
+            format!(
+                "{}{}",
+                cluster::marker_value(run, &from.id),
+                cluster::SEALED
+            )
+        };
+        let seal = self
+            .fan_out_raw(
+                "cluster.seal",
+                Wait::All,
+                Targets::All,
+                Some(inner.config.operation_timeout),
+                move |mut nc: NodeConn| async move {
+                    // The marker this node holds while it is verified for the old cluster.
+                    let current = nc.marker.to_string();
+                    let sealed = format!("{current}{}", cluster::SEALED);
+                    let done: i64 = SEAL
+                        .key(fixed_key(KeyKind::Marker))
+                        .arg(&current)
+                        .arg(&sealed)
+                        .invoke_async(&mut nc.conn)
+                        .await?;
+                    Ok(if done == 1 {
+                        NodeOutcome::Applied(nc.run_id.to_string())
+                    } else {
+                        NodeOutcome::Rejected(String::new())
+                    })
+                },
+            )
+            .await;
+        let mut sealed_servers = HashSet::new();
+        for r in seal.results() {
+            if let NodeOutcome::Applied(run) = &r.outcome {
+                sealed_servers.insert(run.clone());
+            }
+        }
+        if sealed_servers.len() < needed_old {
+            return Err(crate::error::NoQuorum::from_tally(
+                "cluster.seal",
+                &seal,
+                &inner.urls,
+                |_| "not marked for this cluster (restarted or wiped): repair it first".into(),
+            )
+            .into());
+        }
+
+        // 2. Settle, 3. read the sealed nodes.
+        let settle = inner.config.node_timeout.max(to.node_timeout);
+        tokio::time::sleep(settle + Duration::from_millis(25)).await;
+        let tally = self
+            .fan_out_raw(
+                "cluster.read",
+                Wait::All,
+                Targets::All,
+                Some(inner.config.operation_timeout),
+                |nc: NodeConn| async move { read_holdings(nc).await.map(NodeOutcome::Applied) },
+            )
+            .await;
+        let mut seen = HashSet::new();
+        let sources: Vec<&Holdings> = tally
+            .replies()
+            .map(|(_, h)| h)
+            .filter(|h| h.marker.as_deref() == Some(sealed_marker(&h.run_id).as_str()))
+            .filter(|h| seen.insert(h.run_id.clone()))
+            .collect();
+        if sources.len() < needed_old {
+            return Err(crate::error::NoQuorum::from_tally(
+                "cluster.read",
+                &tally,
+                &inner.urls,
+                |_| String::new(),
+            )
+            .into());
+        }
+
+        // 4. Raise and mark the new nodes.
+        let target = Client::open(to, false).await?;
+        let (pairs, views, restores) =
+            repair_plan(sources.as_slice(), inner.config.server_clock_leases);
+        let (pairs, views, restores) = (
+            std::sync::Arc::new(pairs),
+            std::sync::Arc::new(views),
+            std::sync::Arc::new(restores),
+        );
+        let (descriptor, new_id, old_id): (
+            std::sync::Arc<str>,
+            std::sync::Arc<str>,
+            std::sync::Arc<str>,
+        ) = (
+            new.encode().into(),
+            new.id.as_str().into(),
+            from.id.as_str().into(),
+        );
+        let mark = target
+            .fan_out_raw(
+                "cluster.mark",
+                Wait::All,
+                Targets::All,
+                Some(target.inner.config.operation_timeout),
+                move |mut nc: NodeConn| {
+                    let (pairs, views, restores) = (pairs.clone(), views.clone(), restores.clone());
+                    let (descriptor, new_id, old_id) =
+                        (descriptor.clone(), new_id.clone(), old_id.clone());
+                    async move {
+                        // Only a node that is new (no marker) or already of this cluster's
+                        // lineage is enlisted, never another cluster's node.
+                        let marker: Option<String> = redis::cmd("GET")
+                            .arg(fixed_key(KeyKind::Marker))
+                            .query_async(&mut nc.conn)
+                            .await?;
+                        let ours = match marker.as_deref().map(cluster::parse_marker) {
+                            None => true,
+                            Some((_, Some(c))) => {
+                                let c = c.strip_suffix(cluster::SEALED).unwrap_or(c);
+                                c == &*old_id || c == &*new_id
+                            }
+                            Some((_, None)) => false,
+                        };
+                        if !ours {
+                            return Ok(NodeOutcome::Rejected(0));
+                        }
+                        let mark = Mark {
+                            run_id: nc.run_id.to_string(),
+                            descriptor: descriptor.to_string(),
+                            marker: cluster::marker_value(&nc.run_id, &new_id),
+                        };
+                        raise_and_mark(nc, &pairs, &views, &restores, &mark).await
+                    }
+                },
+            )
+            .await;
+        let marked: HashSet<&str> = mark
+            .results()
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::Applied(_)))
+            .map(|r| target.inner.urls[r.node.0].as_str())
+            .collect();
+        if !mark.reached() {
+            return Err(crate::error::NoQuorum::from_tally(
+                "cluster.mark",
+                &mark,
+                &target.inner.urls,
+                |_| "marked for another cluster: not enlisted".into(),
+            )
+            .into());
+        }
+        tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
+        Ok(ClusterChange {
+            sealed: sealed_servers.len(),
+            marked: marked.len(),
+            from,
+            to: new,
+        })
+    }
+}
+
+/// Registers, views and restores that raise a node to what `sources` hold.
+type RepairPlan = (Vec<(String, u64)>, Vec<(String, (u64, String))>, Restores);
+
+fn repair_plan(sources: &[&Holdings], server_clock_leases: bool) -> RepairPlan {
+    let mut target: BTreeMap<String, u64> = BTreeMap::new();
+    for h in sources {
+        for (k, v) in &h.registers {
+            let e = target.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*v);
+        }
+    }
+    let mut best_views: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for h in sources {
+        for (k, (t, v)) in &h.views {
+            if best_views.get(k).is_none_or(|(bt, _)| t > bt) {
+                best_views.insert(k.clone(), (*t, v.clone()));
+            }
+        }
+    }
+    let restores = if server_clock_leases {
+        // TEST ONLY: the unsafe Redlock behaviour, where a lost lease copy or beat stays lost.
+        let mut hashes = merge_restores(sources).hashes;
+        hashes.retain(|k, _| !k.starts_with("rq:members:"));
+        Restores {
+            hashes,
+            ..Restores::default()
+        }
+    } else {
+        merge_restores(sources)
+    };
+    (
+        target.into_iter().collect(),
+        best_views.into_iter().collect(),
+        restores,
+    )
 }

@@ -105,3 +105,11 @@ pub(crate) static RECORD: LazyLock<redis::Script> = LazyLock::new(|| {
         include_str!("scripts/record.lua")
     ))
 });
+
+/// A change of the node list: seal an old node's marker.
+pub(crate) static SEAL: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/seal.lua")
+    ))
+});

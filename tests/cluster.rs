@@ -148,3 +148,52 @@ async fn without_per_fan_out_claims_one_server_votes_twice() {
         .expect("with the claims off, the one server's two URLs make a 'majority'");
     assert_eq!(counted, 2, "the one server was counted twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let all = cluster.urls();
+    let first_three = all[..3].to_vec();
+    let a = Client::connect(config(&first_three, true))
+        .await
+        .expect("A sets the cluster up on nodes 0, 1, 2");
+    let ids_a = IdGenerator::new(&a, "order").expect("valid");
+    let mut last_a = 0;
+    for _ in 0..5 {
+        last_a = ids_a.next_id().await.expect("A issues IDs");
+    }
+    let change = a
+        .change_cluster(config(&all, true))
+        .await
+        .expect("the node list changes from three nodes to five");
+    println!(
+        "changed {} -> {}: sealed {}, marked {}",
+        change.from.describe(),
+        change.to.describe(),
+        change.sealed,
+        change.marked
+    );
+    assert_eq!(change.marked, 5, "every new node is raised and marked");
+    assert!(
+        ids_a.next_id().await.is_err(),
+        "a client of the old list gets no majority after the change"
+    );
+    match Client::connect(config(&first_three, true)).await {
+        Err(Error::Config(ConfigError::ClusterMismatch(why))) => {
+            println!("old list refused: {why}")
+        }
+        other => panic!("a new client with the old list must be refused, got {other:?}"),
+    }
+    let b = Client::connect(config(&all, true))
+        .await
+        .expect("a client of the new list connects");
+    let ids_b = IdGenerator::new(&b, "order").expect("valid");
+    // Nodes 0 and 1 (two of the three old ones) freeze: {2, 3, 4} must know A's IDs.
+    cluster.node(0).freeze().await;
+    cluster.node(1).freeze().await;
+    let y = ids_b.next_id().await.expect("a majority of the new list");
+    cluster.node(0).thaw().await;
+    cluster.node(1).thaw().await;
+    assert!(y > last_a, "B's ID {y} must follow A's last {last_a}");
+}

@@ -54,6 +54,23 @@ enum Command {
     /// Fenced peer indexing.
     #[command(subcommand)]
     Index(IndexCommand),
+    /// The cluster's identity: its node list, stored on every node.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Print the cluster's id and node list as the nodes hold them.
+    Show,
+    /// Change the cluster's node list (add, remove or replace nodes) from the current list
+    /// (--nodes) to TO: seals the old cluster, copies every value to the new nodes, marks them.
+    /// Clients with the old list are refused from then on; restart them with the new list.
+    Change {
+        /// The new comma-separated node list.
+        #[arg(long)]
+        to: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -141,8 +158,41 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
         config = config.with_safety(SafetyMode::Permissive);
     }
     config = config.with_fsync_always_attested(cli.attest_fsync_always);
-    let client = Client::connect(config).await?;
+    let client = Client::connect(config.clone()).await?;
     match cli.command {
+        Command::Cluster(ClusterCommand::Show) => match client.cluster() {
+            Some(d) => {
+                println!("cluster {} ({} nodes)", d.id, d.n());
+                for n in &d.nodes {
+                    println!("  {n}");
+                }
+                if let Some(p) = &d.prev {
+                    println!("replaced cluster {p}");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("redquorum: no cluster descriptor readable on these nodes yet");
+                Ok(ExitCode::from(1))
+            }
+        },
+        Command::Cluster(ClusterCommand::Change { to }) => {
+            let mut target = Config::from_list(&to)?
+                .with_node_timeout(config.node_timeout())
+                .with_connect_timeout(config.connect_timeout());
+            target = target.with_fsync_always_attested(cli.attest_fsync_always);
+            let change = client.change_cluster(target).await?;
+            println!(
+                "cluster {} ({}) replaced by cluster {} ({}): {} old nodes sealed, {} new nodes marked",
+                change.from.id,
+                change.from.describe(),
+                change.to.id,
+                change.to.describe(),
+                change.sealed,
+                change.marked
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check => Ok(check(&client).await),
         Command::Ping => {
             let tally = client.ping().await?;

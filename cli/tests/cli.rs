@@ -610,3 +610,56 @@ async fn without_fencing_a_really_frozen_holders_late_write_lands() {
         "without fencing the stale write is accepted: the checker would fail"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
+    let cluster = Cluster::start(5).await;
+    let all = cluster.urls();
+    let three = all[..3].join(",");
+    let five = all.join(",");
+    let out = redquorum(&["--nodes", &three, "id", "next", "seq", "--count", "3"]).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let last: u64 = text(&out)
+        .0
+        .lines()
+        .last()
+        .and_then(|l| l.parse().ok())
+        .expect("IDs");
+
+    let out = redquorum(&["--nodes", &five, "id", "next", "seq"]).await;
+    let (_, stderr) = text(&out);
+    assert!(
+        !out.status.success(),
+        "five URLs on a three-node cluster must be refused"
+    );
+    assert!(
+        stderr.contains("5 nodes") && stderr.contains("3 nodes"),
+        "the refusal names both lists: {stderr}"
+    );
+
+    let out = redquorum(&["--nodes", &three, "cluster", "change", "--to", &five]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("5 new nodes marked"), "{stdout}");
+
+    let out = redquorum(&["--nodes", &five, "cluster", "show"]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("(5 nodes)") && stdout.contains("replaced cluster"),
+        "{stdout}"
+    );
+
+    let out = redquorum(&["--nodes", &five, "id", "next", "seq"]).await;
+    let next: u64 = text(&out)
+        .0
+        .trim()
+        .parse()
+        .expect("an ID through the new list");
+    assert!(next > last, "{next} must follow {last}");
+    let out = redquorum(&["--nodes", &three, "id", "next", "seq"]).await;
+    assert!(
+        !out.status.success(),
+        "the old list is refused after the change"
+    );
+}
