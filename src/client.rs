@@ -24,6 +24,8 @@ use crate::safety::{duplicate_servers, Finding, NodeReport, Severity};
 pub(crate) enum Targets {
     All,
     Only(usize),
+    /// The nodes whose bits are set (node `i` is bit `i`; at most 63 nodes).
+    Set(u64),
 }
 
 impl Targets {
@@ -31,7 +33,18 @@ impl Targets {
         match self {
             Targets::All => true,
             Targets::Only(j) => i == j,
+            Targets::Set(mask) => i < 64 && mask & (1u64 << i) != 0,
         }
+    }
+
+    /// The set of these nodes.
+    pub(crate) fn of(nodes: &[usize]) -> Targets {
+        Targets::Set(
+            nodes
+                .iter()
+                .filter(|i| **i < 64)
+                .fold(0, |m, i| m | (1u64 << i)),
+        )
     }
 }
 

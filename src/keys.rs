@@ -23,6 +23,8 @@ pub(crate) enum KeyKind {
     Marker,
     /// The cluster descriptor (JSON: node names and cluster id), same on every node.
     Cluster,
+    /// A repair's claim on the node it repairs (liveness only).
+    RepairClaim,
     /// A monotonic ID sequence's current maximum.
     Id,
     /// A lease (lock) key: a hash {v: holder value, n: version, t: ttl ms}; never expires.
@@ -48,6 +50,7 @@ impl KeyKind {
         match self {
             KeyKind::Marker => "marker",
             KeyKind::Cluster => "cluster",
+            KeyKind::RepairClaim => "repairing",
             KeyKind::Id => "id",
             KeyKind::Lock => "lock",
             KeyKind::Fence => "fence",

@@ -113,3 +113,11 @@ pub(crate) static SEAL: LazyLock<redis::Script> = LazyLock::new(|| {
         include_str!("scripts/seal.lua")
     ))
 });
+
+/// Repair: one repairer at a time per node.
+pub(crate) static CLAIM: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/claim.lua")
+    ))
+});

@@ -1,0 +1,209 @@
+//! Changing the cluster's node list: seal the old cluster, copy its state, mark the new one.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Mark;
+use crate::client::{Client, NodeConn, Targets};
+use crate::cluster::{self, Adoption, Descriptor};
+use crate::config::{Config, ConfigError};
+use crate::error::{Error, NoQuorum};
+use crate::keys::{fixed_key, KeyKind};
+use crate::quorum::fanout::Wait;
+use crate::quorum::NodeOutcome;
+use crate::scripts::SEAL;
+
+/// What a change of the node list did.
+#[derive(Clone, Debug)]
+pub struct ClusterChange {
+    /// The cluster that was replaced.
+    pub from: Descriptor,
+    /// The new cluster.
+    pub to: Descriptor,
+    /// Old nodes sealed (they vote for no client of the old cluster any more).
+    pub sealed: usize,
+    /// New nodes raised and marked (the others are repaired by the first client that reaches
+    /// them, by the URL the new cluster lists).
+    pub marked: usize,
+    /// Keys copied from the old cluster.
+    pub keys: usize,
+}
+
+impl Client {
+    /// Change the cluster's node list to `to`'s (add, remove or replace nodes), from a client
+    /// of the current cluster. The procedure, safe while clients keep running:
+    ///
+    /// 1. **Seal** a majority of the old nodes: their marker gets a suffix, so no client of the
+    ///    old list gets a majority any more (its operations fail, and a new client with the
+    ///    old list is refused with an error that names both lists).
+    /// 2. Wait one node timeout, so every write an old client counted is on its nodes.
+    /// 3. **Copy** every register from the sealed majority (it meets every old majority) onto
+    ///    every node of the new list it reaches, page by page.
+    /// 4. **Mark** those nodes for the new cluster (descriptor, then marker); at least a
+    ///    majority of the new list must be marked.
+    ///
+    /// Clients configured with the new list work once a majority of it is marked; clients
+    /// still configured with the old list are refused. A run that fails part-way can be run
+    /// again with the same lists: sealed nodes stay sealed and count as sealed.
+    ///
+    /// # Errors
+    /// [`ConfigError::ClusterMismatch`] when this client's list is not its nodes' cluster;
+    /// [`Error::InvalidArgument`] when these nodes hold no cluster yet; [`Error::NoQuorum`]
+    /// when fewer than a majority of the old nodes could be sealed or read, or fewer than a
+    /// majority of the new ones marked.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped call can leave the old cluster sealed and the new one partly
+    /// marked; run it again to finish.
+    pub async fn change_cluster(&self, to: Config) -> Result<ClusterChange, Error> {
+        let inner = &self.inner;
+        let from = match &self.verdicts().adoption {
+            Adoption::Adopted(d) => d.clone(),
+            Adoption::Refused(why) => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())))
+            }
+            Adoption::Unknown => {
+                return Err(Error::InvalidArgument(
+                    "these nodes hold no cluster yet: connect with the new list to set it up"
+                        .into(),
+                ))
+            }
+        };
+        to.validate()?;
+        let names: Vec<String> = to.nodes().iter().map(|u| u.name().to_string()).collect();
+        let new = from.succeeding(&names);
+        let needed_old = inner.majority.needed();
+
+        // 1. Seal every old node that is verified for the old cluster now (or was sealed by an
+        //    earlier run).
+        let seal = self
+            .fan_out_raw(
+                "cluster.seal",
+                Wait::All,
+                Targets::All,
+                Some(inner.config.operation_timeout),
+                move |mut nc: NodeConn| async move {
+                    // The marker this node holds while it is verified for the old cluster.
+                    let current = nc.marker.to_string();
+                    let sealed = format!("{current}{}", cluster::SEALED);
+                    let done: i64 = SEAL
+                        .key(fixed_key(KeyKind::Marker))
+                        .arg(&current)
+                        .arg(&sealed)
+                        .invoke_async(&mut nc.conn)
+                        .await?;
+                    Ok(if done == 1 {
+                        NodeOutcome::Applied(nc.run_id.to_string())
+                    } else {
+                        NodeOutcome::Rejected(String::new())
+                    })
+                },
+            )
+            .await;
+        let sealed_servers: HashSet<&String> = seal
+            .results()
+            .iter()
+            .filter_map(|r| match &r.outcome {
+                NodeOutcome::Applied(run) => Some(run),
+                _ => None,
+            })
+            .collect();
+        if sealed_servers.len() < needed_old {
+            return Err(
+                NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, |_| {
+                    "not verified for this cluster (restarted or wiped): repair it first".into()
+                })
+                .into(),
+            );
+        }
+
+        // 2. Settle, then find the sealed nodes to copy from.
+        tokio::time::sleep(
+            inner.config.node_timeout.max(to.node_timeout) + Duration::from_millis(25),
+        )
+        .await;
+        let sealed_marker = |run: &str| {
+            format!(
+                "{}{}",
+                cluster::marker_value(run, &from.id),
+                cluster::SEALED
+            )
+        };
+        let mut seen = HashSet::new();
+        let sources: Vec<usize> = self
+            .census()
+            .await
+            .into_iter()
+            .filter(|c| c.marker.as_deref() == Some(sealed_marker(&c.run_id).as_str()))
+            .filter(|c| seen.insert(c.run_id.clone()))
+            .map(|c| c.node)
+            .collect();
+        if sources.len() < needed_old {
+            return Err(Error::InvalidArgument(format!(
+                "only {} sealed node(s) answered after sealing; {needed_old} are needed: run the \
+                 change again",
+                sources.len()
+            )));
+        }
+
+        // 3. Copy onto the new nodes: new ones, or nodes of this cluster's lineage, never
+        //    another cluster's.
+        let target = Client::open(to, false).await?;
+        let lineage = |marker: &Option<String>| match marker.as_deref().map(cluster::parse_marker) {
+            None => true,
+            Some((_, Some(c))) => {
+                let c = c.strip_suffix(cluster::SEALED).unwrap_or(c);
+                c == from.id || c == new.id
+            }
+            Some((_, None)) => false,
+        };
+        let mut seen = HashSet::new();
+        let targets: BTreeMap<usize, String> = target
+            .census()
+            .await
+            .into_iter()
+            .filter(|c| lineage(&c.marker) && seen.insert(c.run_id.clone()))
+            .map(|c| (c.node, c.run_id))
+            .collect();
+        let needed_new = target.inner.majority.needed();
+        if targets.len() < needed_new {
+            return Err(Error::InvalidArgument(format!(
+                "only {} node(s) of the new list can be enlisted (reachable, not of another \
+                 cluster); {needed_new} are needed",
+                targets.len()
+            )));
+        }
+        let copied = self
+            .copy_paged(&sources, &target, targets, || async { Ok(()) })
+            .await
+            .map_err(|why| {
+                Error::InvalidArgument(format!("the copy stopped: {why}; run the change again"))
+            })?;
+
+        // 4. Mark.
+        let mut marked = 0;
+        for (node, run) in &copied.complete {
+            let mark = Arc::new(Mark {
+                run_id: run.clone(),
+                descriptor: new.encode(),
+                marker: cluster::marker_value(run, &new.id),
+            });
+            marked += target.mark(Targets::Only(*node), mark).await.len();
+        }
+        if marked < needed_new {
+            return Err(Error::InvalidArgument(format!(
+                "marked {marked} node(s) of the new list; {needed_new} are needed: run the \
+                 change again"
+            )));
+        }
+        tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
+        Ok(ClusterChange {
+            sealed: sealed_servers.len(),
+            marked,
+            keys: copied.keys,
+            from,
+            to: new,
+        })
+    }
+}

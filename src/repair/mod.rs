@@ -1,0 +1,517 @@
+//! Node amnesia: quarantine and repair.
+//!
+//! A node that lost its data (wiped disk, replaced host, FLUSHALL, a restart without its AOF)
+//! silently breaks the majority-intersection argument: an ID accepted by {A, B, C} is lost
+//! with B, and {B, D, E} could accept it again. So every node carries a marker (`rq:marker`)
+//! holding the run_id of the incarnation that was last verified to hold every value a
+//! majority accepted, and the id of its cluster (see [`crate::cluster`]). The scripts refuse
+//! to vote unless the marker equals `<run_id>/<cluster id>` as the client expects it; the
+//! client quarantines a node whose marker is missing or names another run_id (it lost data, or
+//! restarted since it was verified).
+//!
+//! One client at a time repairs a node (a claim key on the node; it expires on the node's
+//! clock, which decides only who does the work: two concurrent repairs are safe, merely
+//! wasteful). Repair first waits one node timeout, then copies, page by page
+//! ([`copy`]), what a majority of the *other* marked nodes hold: every monotonic register (ID
+//! sequences, lock fences, group views) raised to the largest value read, and what the node
+//! lacks of lease keys, completion records, acknowledgements and membership beats; then it
+//! writes the descriptor and the marker. Why that is
+//! enough: any set M that accepted a value is a majority; M minus the repaired node has
+//! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
+//! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
+//! while the node was quarantined were accepted by majorities without it, which any later
+//! majority meets at a node other than it.
+//!
+//! Why the wait: "M accepted the value" must already be true on the other members of M when R
+//! is read. A write the node applied just before losing its data may still be travelling to a
+//! slow member of M; but a client counts a reply only within its node timeout of sending, so
+//! once that long has passed since the loss (the repair starts after it), every write any client
+//! counted is on its nodes. This assumes no client uses a longer node timeout than the
+//! repairing one.
+//!
+//! A lease key is restored only where the node has none and its (raised) fence is at most the
+//! lease's token, so a restored copy never blocks the holder of a later grant; a stale copy
+//! costs liveness only (a waiter takes it over after watching it for its TTL).
+//!
+//! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
+//! a marker, and no node holds any register, no majority can ever have accepted a value (all
+//! of its members would have had to lose their data, more than a minority), so every
+//! unmarked node is marked without raising anything. Bootstrap needs all nodes, not just a
+//! majority: a majority that answers could miss exactly the nodes that hold the values while
+//! the others are wiped (a wiped node plus a cut-off one), and safety must not depend on how
+//! many nodes are reachable.
+//!
+//! Architecture invariant: a node votes only while its marker equals its current run_id, and
+//! the marker is written only after the node holds every value a majority accepted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::client::{Client, NodeConn, Targets};
+use crate::cluster::{self, Adoption, Descriptor, Standing};
+use crate::keys::{fixed_key, KeyKind};
+use std::sync::Arc;
+
+use crate::quorum::fanout::Wait;
+use crate::quorum::NodeOutcome;
+use crate::scripts::{CLAIM, CLUSTER_INIT};
+
+mod change;
+pub(crate) mod copy;
+
+pub use change::ClusterChange;
+
+/// How a repair attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RepairOutcome {
+    /// The node was not quarantined (or protection is off).
+    NotNeeded,
+    /// The node was raised from a majority of the others and marked.
+    Repaired { raised: usize },
+    /// A new cluster: the reachable unmarked nodes were marked.
+    Bootstrapped { marked: usize },
+    /// Not possible now (too few marked nodes reachable); retried on a later operation.
+    Deferred(String),
+}
+
+impl Client {
+    /// Start a repair of node `i` in the background unless one is running.
+    pub(crate) fn spawn_repair(&self, i: usize) {
+        let Some(node) = self.inner.nodes.get(i).cloned() else {
+            return;
+        };
+        if node
+            .repairing
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            let outcome = client.repair(i).await;
+            if matches!(outcome, RepairOutcome::Deferred(_)) {
+                // Do not hammer the cluster while a repair is impossible.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            node.repairing
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    /// A node refused a vote because of its marker: probe it again (it will show as
+    /// quarantined) and repair it.
+    pub(crate) fn suspect(&self, i: usize) {
+        let Some(node) = self.inner.nodes.get(i).cloned() else {
+            return;
+        };
+        let client = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(client.inner.config.node_timeout, node.reprobe()).await;
+            client.spawn_repair(i);
+        });
+    }
+
+    /// Repair node `i` if it is quarantined. Cancel-safe: an interrupted repair leaves the
+    /// node quarantined (the marker is written last).
+    pub(crate) async fn repair(&self, i: usize) -> RepairOutcome {
+        let outcome = self.try_repair(i).await;
+        let node = &self.inner.nodes[i];
+        match &outcome {
+            RepairOutcome::NotNeeded => {}
+            RepairOutcome::Repaired { raised } => {
+                tracing::warn!(node = %node.id, url = %node.url, raised, "quarantined node repaired: it votes again")
+            }
+            RepairOutcome::Bootstrapped { marked } => {
+                tracing::info!(node = %node.id, marked, "new cluster: reachable nodes marked")
+            }
+            RepairOutcome::Deferred(why) => {
+                tracing::warn!(node = %node.id, url = %node.url, why = %why, "quarantined node cannot be repaired yet")
+            }
+        }
+        outcome
+    }
+
+    async fn try_repair(&self, i: usize) -> RepairOutcome {
+        let inner = &self.inner;
+        let node = &inner.nodes[i];
+        let probe = match node.reprobe().await {
+            Ok(p) => p,
+            Err(e) => return RepairOutcome::Deferred(format!("cannot probe the node: {e}")),
+        };
+        if !inner.config.amnesia_protection {
+            return RepairOutcome::NotNeeded;
+        }
+        let adoption = self.verdicts().adoption.clone();
+        let (reason, needs_listing) = match (
+            &adoption,
+            cluster::standing(probe.marker.as_deref(), probe.run_id.as_deref(), &adoption),
+        ) {
+            (Adoption::Refused(why), _) => return RepairOutcome::Deferred(why.clone()),
+            (_, Standing::Stranger(why)) => return RepairOutcome::Deferred(why),
+            (_, Standing::Member) => return RepairOutcome::NotNeeded,
+            (
+                _,
+                Standing::Quarantined {
+                    reason,
+                    needs_listing,
+                },
+            ) => (reason, needs_listing),
+        };
+        let Some(run_id) = probe.run_id.clone() else {
+            return RepairOutcome::Deferred("the node reports no run_id".into());
+        };
+        let name = inner.config.nodes[i].name().to_string();
+        if let Adoption::Adopted(d) = &adoption {
+            if needs_listing && inner.config.cluster_identity && !d.lists(&name) {
+                return RepairOutcome::Deferred(format!(
+                    "{name} is not one of the nodes of cluster {} ({}): a client enlists a \
+                     node only by a URL the cluster lists",
+                    d.id,
+                    d.describe()
+                ));
+            }
+        }
+        // A node without a marker is normal once, in a new cluster: say so quietly here; the
+        // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
+        tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
+
+        // Settle: a write that the node applied before it lost its data may still be on its
+        // way to the other nodes, and a client counts a reply only within its node timeout of
+        // sending. Reading the others after that long sees every write a client counted.
+        tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
+        let census = self.census().await;
+        let needed = inner.majority.needed();
+
+        if let Adoption::Adopted(d) = &adoption {
+            let sources = choose_sources(&census, i, &d.id, needed);
+            if sources.len() >= needed {
+                return self.write_repair(i, &sources, d, &run_id).await;
+            }
+        }
+        // A new cluster (or one whose bootstrap was cut short): every configured node
+        // answers, fewer than a majority are marked, and no node holds any state.
+        let answered = census.len();
+        let any_state = census.iter().any(|c| c.has_state);
+        let marked = census.iter().filter(|c| c.marker.is_some()).count();
+        if answered == inner.nodes.len() && marked < needed && !any_state {
+            let ours: Vec<String> = inner
+                .config
+                .nodes
+                .iter()
+                .map(|u| u.name().to_string())
+                .collect();
+            let descriptor = match &adoption {
+                Adoption::Adopted(d) => d.clone(),
+                _ => Descriptor::new_cluster(&ours),
+            };
+            return self.bootstrap(&descriptor).await;
+        }
+        RepairOutcome::Deferred(format!(
+            "{} marked node(s) other than this one answered; {needed} are needed to repair it \
+             (or all {} nodes, for a new cluster)",
+            match &adoption {
+                Adoption::Adopted(d) => choose_sources(&census, i, &d.id, needed).len(),
+                _ => 0,
+            },
+            inner.nodes.len()
+        ))
+    }
+
+    /// Every node's marker and run_id, and whether it holds any state.
+    pub(crate) async fn census(&self) -> Vec<Census> {
+        let tally = self
+            .fan_out_raw(
+                "repair.census",
+                Wait::All,
+                Targets::All,
+                Some(self.inner.config.operation_timeout),
+                |mut nc: NodeConn| async move {
+                    let marker: Option<String> = redis::cmd("GET")
+                        .arg(fixed_key(KeyKind::Marker))
+                        .query_async(&mut nc.conn)
+                        .await?;
+                    let has_state = has_state(&mut nc).await?;
+                    Ok(NodeOutcome::Applied(Census {
+                        node: nc.node,
+                        run_id: nc.run_id.to_string(),
+                        marker,
+                        has_state,
+                    }))
+                },
+            )
+            .await;
+        tally.replies().map(|(_, c)| c.clone()).collect()
+    }
+
+    /// Copy onto node `i` what `sources` hold, then mark it for cluster `d` (the marker last,
+    /// so an interrupted repair leaves the node quarantined). One client at a time: the node
+    /// carries a claim while its repair runs.
+    async fn write_repair(
+        &self,
+        i: usize,
+        sources: &[usize],
+        d: &Descriptor,
+        run_id: &str,
+    ) -> RepairOutcome {
+        let claim = RepairClaim::new(self.clone(), i);
+        if !claim.take().await {
+            return RepairOutcome::Deferred("another client is repairing this node".into());
+        }
+        let started = tokio::time::Instant::now();
+        let mut targets = BTreeMap::new();
+        targets.insert(i, run_id.to_string());
+        let copied = self
+            .copy_paged(sources, self, targets, || claim.refresh())
+            .await;
+        let outcome = match copied {
+            Err(why) => RepairOutcome::Deferred(format!("the copy stopped: {why}")),
+            Ok(copied) if !copied.complete.contains_key(&i) => {
+                RepairOutcome::Deferred("the node restarted during its repair".into())
+            }
+            Ok(copied) => {
+                let mark = Arc::new(Mark {
+                    run_id: run_id.to_string(),
+                    descriptor: d.encode(),
+                    marker: cluster::marker_value(run_id, &d.id),
+                });
+                if self.mark(Targets::Only(i), mark).await.contains(&i) {
+                    tracing::info!(node = %self.inner.nodes[i].id, keys = copied.keys, written = copied.written, elapsed_ms = started.elapsed().as_millis() as u64, "repair copied");
+                    RepairOutcome::Repaired {
+                        raised: copied.written,
+                    }
+                } else {
+                    RepairOutcome::Deferred("writing the marker failed".into())
+                }
+            }
+        };
+        claim.release().await;
+        let _ = self.inner.nodes[i].reprobe().await;
+        outcome
+    }
+
+    /// Write the descriptor, then the marker, on the `targets` that are still the incarnation
+    /// the mark names (or, with an empty `run_id`, each node's own). Returns the nodes marked.
+    pub(crate) async fn mark(&self, targets: Targets, mark: Arc<Mark>) -> Vec<usize> {
+        let tally = self
+            .fan_out_raw(
+                "repair.mark",
+                Wait::All,
+                targets,
+                Some(self.inner.config.operation_timeout),
+                move |mut nc: NodeConn| {
+                    let mark = mark.clone();
+                    async move {
+                        if *nc.run_id != *mark.run_id {
+                            return Ok(NodeOutcome::Rejected(()));
+                        }
+                        let _: () = redis::pipe()
+                            .cmd("SET")
+                            .arg(fixed_key(KeyKind::Cluster))
+                            .arg(&mark.descriptor)
+                            .ignore()
+                            .cmd("SET")
+                            .arg(fixed_key(KeyKind::Marker))
+                            .arg(&mark.marker)
+                            .ignore()
+                            .query_async(&mut nc.conn)
+                            .await?;
+                        Ok(NodeOutcome::Applied(()))
+                    }
+                },
+            )
+            .await;
+        tally
+            .results()
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::Applied(())))
+            .map(|r| r.node.0)
+            .collect()
+    }
+
+    /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
+    /// for cluster `d`.
+    async fn bootstrap(&self, d: &Descriptor) -> RepairOutcome {
+        let inner = &self.inner;
+        let listed: std::sync::Arc<Vec<bool>> = std::sync::Arc::new(
+            inner
+                .config
+                .nodes
+                .iter()
+                .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
+                .collect(),
+        );
+        let (descriptor, id) = (
+            std::sync::Arc::<str>::from(d.encode()),
+            std::sync::Arc::<str>::from(d.id.as_str()),
+        );
+        let tally = self
+            .fan_out_raw(
+                "repair.bootstrap",
+                Wait::All,
+                Targets::All,
+                Some(inner.config.operation_timeout),
+                move |mut nc: NodeConn| {
+                    let (listed, descriptor, id) = (listed.clone(), descriptor.clone(), id.clone());
+                    async move {
+                        if !listed.get(nc.node).copied().unwrap_or(false) {
+                            return Ok(NodeOutcome::Rejected(()));
+                        }
+                        let set: i64 = CLUSTER_INIT
+                            .key(fixed_key(KeyKind::Marker))
+                            .key(fixed_key(KeyKind::Cluster))
+                            .arg(cluster::marker_value(&nc.run_id, &id))
+                            .arg(&*descriptor)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if set == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    }
+                },
+            )
+            .await;
+        for n in &inner.nodes {
+            let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
+        }
+        RepairOutcome::Bootstrapped {
+            marked: tally.applied(),
+        }
+    }
+}
+
+/// What a repair writes last: the descriptor, then the marker, for this incarnation.
+pub(crate) struct Mark {
+    pub(crate) run_id: String,
+    pub(crate) descriptor: String,
+    pub(crate) marker: String,
+}
+
+/// One node as a repair finds it.
+#[derive(Clone, Debug)]
+pub(crate) struct Census {
+    pub(crate) node: usize,
+    pub(crate) run_id: String,
+    pub(crate) marker: Option<String>,
+    pub(crate) has_state: bool,
+}
+
+/// Whether a node holds any state a copy would carry (a paged scan that stops at the first).
+async fn has_state(nc: &mut NodeConn) -> redis::RedisResult<bool> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("rq:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut nc.conn)
+            .await?;
+        if keys.iter().any(|k| copy::classify(k).is_some()) {
+            return Ok(true);
+        }
+        if next == 0 {
+            return Ok(false);
+        }
+        cursor = next;
+    }
+}
+
+/// The nodes a repair of node `target` reads from: one per server, marked for cluster
+/// `cluster`. Nodes verified for their current incarnation are preferred; only when fewer
+/// than `needed` of them answered are nodes that restarted since (a marker naming an older
+/// run_id) used too: after a restart of the whole cluster no node is current, and a restart
+/// keeps what the AOF holds. A node restored from an old backup also shows an older run_id;
+/// it is taken only in that fallback.
+fn choose_sources(census: &[Census], target: usize, cluster: &str, needed: usize) -> Vec<usize> {
+    let mut seen = HashSet::new();
+    let (mut current, mut restarted) = (Vec::new(), Vec::new());
+    for c in census {
+        if c.node == target || !seen.insert(c.run_id.clone()) {
+            continue;
+        }
+        let Some(marker) = c.marker.as_deref() else {
+            continue;
+        };
+        match cluster::parse_marker(marker) {
+            (run, Some(cl)) if cl == cluster && run == c.run_id => current.push(c.node),
+            (_, Some(cl)) if cl == cluster => restarted.push(c.node),
+            _ => {}
+        }
+    }
+    if current.len() < needed {
+        current.extend(restarted);
+    }
+    current
+}
+
+/// A repair's claim on the node it repairs (`rq:repairing`): one repairer at a time. It
+/// expires on the node's clock, which decides only who does the work.
+struct RepairClaim {
+    client: Client,
+    node: usize,
+    nonce: String,
+}
+
+impl RepairClaim {
+    fn new(client: Client, node: usize) -> Self {
+        RepairClaim {
+            client,
+            node,
+            nonce: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        (self.client.inner.config.operation_timeout * 4).as_millis() as u64
+    }
+
+    async fn run(&self, mode: &'static str) -> bool {
+        let (nonce, ttl) = (Arc::<str>::from(self.nonce.as_str()), self.ttl_ms());
+        let tally = self
+            .client
+            .fan_out_raw(
+                "repair.claim",
+                Wait::All,
+                Targets::Only(self.node),
+                None,
+                move |mut nc: NodeConn| {
+                    let nonce = nonce.clone();
+                    async move {
+                        let ok: i64 = CLAIM
+                            .key(fixed_key(KeyKind::RepairClaim))
+                            .arg(mode)
+                            .arg(&*nonce)
+                            .arg(ttl)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if ok == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
+                    }
+                },
+            )
+            .await;
+        tally.applied() == 1
+    }
+
+    async fn take(&self) -> bool {
+        self.run("take").await
+    }
+
+    async fn refresh(&self) -> Result<(), String> {
+        if self.run("take").await {
+            Ok(())
+        } else {
+            Err("the repair claim was lost to another client".into())
+        }
+    }
+
+    async fn release(&self) {
+        let _ = self.run("release").await;
+    }
+}
