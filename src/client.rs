@@ -224,8 +224,13 @@ impl Client {
             .filter(|i| client.quarantine_reason(*i).is_some())
             .collect();
         if repair && !quarantined.is_empty() {
+            // In tasks of their own: a repair of a large keyspace outlives this wait and goes
+            // on in the background (the node votes once it is marked).
             let deadline = client.inner.config.operation_timeout;
-            let repairs = quarantined.into_iter().map(|i| client.repair(i));
+            let repairs: Vec<_> = quarantined
+                .into_iter()
+                .filter_map(|i| client.spawn_repair(i))
+                .collect();
             let _ = tokio::time::timeout(deadline, futures::future::join_all(repairs)).await;
         }
         Ok(client)

@@ -76,18 +76,17 @@ pub(crate) enum RepairOutcome {
 
 impl Client {
     /// Start a repair of node `i` in the background unless one is running.
-    pub(crate) fn spawn_repair(&self, i: usize) {
-        let Some(node) = self.inner.nodes.get(i).cloned() else {
-            return;
-        };
+    /// Returns the task, or None when a repair of the node is already running here.
+    pub(crate) fn spawn_repair(&self, i: usize) -> Option<tokio::task::JoinHandle<()>> {
+        let node = self.inner.nodes.get(i).cloned()?;
         if node
             .repairing
             .swap(true, std::sync::atomic::Ordering::AcqRel)
         {
-            return;
+            return None;
         }
         let client = self.clone();
-        tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             let outcome = client.repair(i).await;
             if matches!(outcome, RepairOutcome::Deferred(_)) {
                 // Do not hammer the cluster while a repair is impossible.
@@ -95,7 +94,7 @@ impl Client {
             }
             node.repairing
                 .store(false, std::sync::atomic::Ordering::Release);
-        });
+        }))
     }
 
     /// A node refused a vote because of its marker: probe it again (it will show as
