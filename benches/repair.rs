@@ -41,7 +41,11 @@ async fn populate(con: &mut MultiplexedConnection, keys: u64) {
 }
 
 async fn used_memory(con: &mut MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(con).await.expect("INFO");
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(con)
+        .await
+        .expect("INFO");
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
@@ -63,8 +67,11 @@ async fn baseline_copy(from: &mut MultiplexedConnection, to: &mut MultiplexedCon
             .await
             .expect("SCAN");
         if !keys.is_empty() {
-            let values: Vec<Option<String>> =
-                redis::cmd("MGET").arg(&keys).query_async(from).await.expect("MGET");
+            let values: Vec<Option<String>> = redis::cmd("MGET")
+                .arg(&keys)
+                .query_async(from)
+                .await
+                .expect("MGET");
             let mut mset = redis::cmd("MSET");
             for (k, v) in keys.iter().zip(values) {
                 if let Some(v) = v {
@@ -104,16 +111,25 @@ async fn main() {
         populate(con, keys).await;
     }
     let before = used_memory(&mut cons[0]).await;
-    println!("{keys} ID sequences on each of 3 nodes ({:.1} MiB each)", before as f64 / 1048576.0);
+    println!(
+        "{keys} ID sequences on each of 3 nodes ({:.1} MiB each)",
+        before as f64 / 1048576.0
+    );
 
     let t0 = Instant::now();
     let (a, b) = cons.split_at_mut(3);
     let copied = baseline_copy(&mut a[0], &mut b[0]).await;
     let baseline = t0.elapsed();
-    println!("baseline (SCAN+MGET -> MSET, one node to an empty one): {copied} keys in {:.2} s", baseline.as_secs_f64());
+    println!(
+        "baseline (SCAN+MGET -> MSET, one node to an empty one): {copied} keys in {:.2} s",
+        baseline.as_secs_f64()
+    );
 
     // Wipe node 2 (its marker goes with its data); a new client repairs it.
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut cons[2]).await.expect("FLUSHALL");
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut cons[2])
+        .await
+        .expect("FLUSHALL");
     let t0 = Instant::now();
     let _repairer = Client::connect(Config::from_urls(&urls).expect("valid"))
         .await
@@ -127,11 +143,17 @@ async fn main() {
         if marker.is_some() {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(1800), "repair did not finish in 30 min");
+        assert!(
+            t0.elapsed() < Duration::from_secs(1800),
+            "repair did not finish in 30 min"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let repair = t0.elapsed();
-    let dbsize: u64 = redis::cmd("DBSIZE").query_async(&mut cons[2]).await.expect("DBSIZE");
+    let dbsize: u64 = redis::cmd("DBSIZE")
+        .query_async(&mut cons[2])
+        .await
+        .expect("DBSIZE");
     println!(
         "repair of the wiped node: {dbsize} keys in {:.2} s ({:.0} keys/s); ratio to the baseline copy {:.2}x",
         repair.as_secs_f64(),
