@@ -217,6 +217,7 @@ impl Leadership {
 /// leader can still be finishing).
 #[derive(Clone, Debug)]
 pub struct PeriodicJob {
+    retained: u64,
     lock: Lock,
     done_key: String,
 }
@@ -248,7 +249,20 @@ impl PeriodicJob {
     pub fn new(client: &Client, name: &str, ttl: Duration) -> Result<PeriodicJob, Error> {
         let lock = Lock::new(client, name, ttl)?;
         let done_key = crate::keys::Name::new("job", name)?.key(crate::keys::KeyKind::Done);
-        Ok(PeriodicJob { lock, done_key })
+        Ok(PeriodicJob {
+            lock,
+            done_key,
+            retained: crate::jobs::RETAINED_RECORDS,
+        })
+    }
+
+    /// How many completion records to keep (default 1024): after each completion the oldest
+    /// records (lowest tokens) beyond this many are deleted, so the record hash stays bounded.
+    /// A period older than the retained ones is not remembered: asked for again, it runs again.
+    /// At least 1.
+    pub fn with_retained_records(mut self, n: u64) -> Self {
+        self.retained = n.max(1);
+        self
     }
 
     /// Run `work` for `period` (for example `"2026-11-22"`) unless it was done already.
@@ -290,8 +304,14 @@ impl PeriodicJob {
                 return Err(Error::LeaseLost { name: self.lock.name().to_string(), reason });
             }
         };
-        let recorded =
-            crate::jobs::record(&self.lock, &self.done_key, period.as_str(), token).await;
+        let recorded = crate::jobs::record(
+            &self.lock,
+            &self.done_key,
+            period.as_str(),
+            token,
+            self.retained,
+        )
+        .await;
         let _ = guard.release().await;
         recorded?;
         Ok(JobOutcome::Ran { output, token })

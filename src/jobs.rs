@@ -10,7 +10,7 @@ use crate::keys::{fixed_key, KeyKind};
 use crate::lock::Lock;
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::RECORD;
+use crate::scripts::{PRUNE, RECORD};
 
 /// The token recorded for `period`, if a node of a majority has it.
 pub(crate) async fn completed(
@@ -54,6 +54,7 @@ pub(crate) async fn record(
     done_key: &str,
     period: &str,
     token: FencingToken,
+    retained: u64,
 ) -> Result<(), Error> {
     let (key, field): (Arc<str>, Arc<str>) = (done_key.into(), period.into());
     let tally = lock
@@ -78,6 +79,42 @@ pub(crate) async fn record(
         })
         .await;
     lock.client()
-        .require_majority("job.record", tally, |_| String::new())
-        .map(|_| ())
+        .require_majority("job.record", tally, |_| String::new())?;
+    // Keep the newest records only (a job that runs every minute would otherwise add a field
+    // forever). A period older than the retained ones could run again if asked for explicitly.
+    tokio::spawn(prune(
+        lock.client().clone(),
+        Arc::from(done_key),
+        0,
+        retained,
+    ));
+    Ok(())
+}
+
+/// Completion records kept per job: older periods (by token) are dropped.
+pub(crate) const RETAINED_RECORDS: u64 = 1024;
+
+/// Drop the fields of a hash of integers below `threshold`, then the lowest while more than
+/// `keep` remain (0: no limit), on every voting node (best effort: garbage collection).
+pub(crate) async fn prune(client: crate::Client, key: Arc<str>, threshold: u64, keep: u64) {
+    let _ = client
+        .fan_out("gc.prune", Wait::All, move |mut nc: NodeConn| {
+            let key = key.clone();
+            async move {
+                let deleted: i64 = PRUNE
+                    .key(&*key)
+                    .key(fixed_key(KeyKind::Marker))
+                    .arg(threshold)
+                    .arg(keep)
+                    .arg(&*nc.marker)
+                    .invoke_async(&mut nc.conn)
+                    .await?;
+                Ok(if deleted >= 0 {
+                    NodeOutcome::Applied(())
+                } else {
+                    NodeOutcome::Rejected(())
+                })
+            }
+        })
+        .await;
 }

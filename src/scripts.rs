@@ -121,3 +121,11 @@ pub(crate) static CLAIM: LazyLock<redis::Script> = LazyLock::new(|| {
         include_str!("scripts/claim.lua")
     ))
 });
+
+/// Garbage collection of acknowledgements and completion records.
+pub(crate) static PRUNE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/prune.lua")
+    ))
+});

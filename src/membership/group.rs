@@ -1082,6 +1082,13 @@ async fn leader_step(
         }
         Ok(next) => {
             tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
+            // Acknowledgements below an active view's token can never matter again (only a
+            // later prepared view's, with a higher token, are read): drop them, so the hash
+            // does not grow with every process that ever joined.
+            if let (ViewState::Active, Some(token)) = (next.state, next.version.token()) {
+                let (client, key) = (shared.client.clone(), shared.ack_key.clone());
+                tokio::spawn(crate::jobs::prune(client, key, token.get(), 0));
+            }
             Ok(next)
         }
     }

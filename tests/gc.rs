@@ -1,0 +1,118 @@
+//! State that can no longer matter is collected: acknowledgements of members long gone, and
+//! completion records beyond the retained ones. Without it a node's memory grows with every
+//! process that ever joined a group and every period a job ever ran.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, eventually, init_tracing};
+use redquorum::membership::{GroupOptions, Member};
+use redquorum::{JobOutcome, PeriodicJob};
+use redquorum_testkit::Cluster;
+
+async fn hlen(cluster: &Cluster, key: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let mut con = cluster.node(i).direct_connection().await;
+        out.push(
+            redis::cmd("HLEN")
+                .arg(key)
+                .query_async(&mut con)
+                .await
+                .expect("HLEN"),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_of_members_that_left_are_collected() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let opts = || GroupOptions::default().with_interval(Duration::from_millis(300));
+    let stay = Member::join(&c, "gc", "stay", opts()).await.expect("joins");
+    // Eight processes come and go (each a new member key, each acknowledging views).
+    for round in 0..8 {
+        let m = Member::join(&c, "gc", &format!("temp{round}"), opts())
+            .await
+            .expect("joins");
+        eventually(
+            Duration::from_secs(5),
+            "the temporary member gets an index",
+            || {
+                let m = &m;
+                async move { m.assignment().is_some_and(|a| a.replicas == 2) }
+            },
+        )
+        .await;
+        m.leave().await;
+    }
+    eventually(
+        Duration::from_secs(5),
+        "the group settles on one member",
+        || {
+            let stay = &stay;
+            async move { stay.assignment().is_some_and(|a| a.replicas == 1) }
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(5),
+        "old acknowledgements are collected",
+        || {
+            let cluster = &cluster;
+            async move { hlen(cluster, "rq:ack:gc").await.iter().all(|n| *n <= 2) }
+        },
+    )
+    .await;
+    println!(
+        "acknowledgement fields per node: {:?}",
+        hlen(&cluster, "rq:ack:gc").await
+    );
+    stay.leave().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_records_beyond_the_retained_ones_are_collected() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let job = PeriodicJob::new(&c, "nightly", Duration::from_secs(2))
+        .expect("valid")
+        .with_retained_records(5);
+    for day in 1..=12 {
+        let out = job
+            .run_period(
+                &format!("2026-11-{day:02}"),
+                Duration::from_secs(2),
+                |_, _| async {},
+            )
+            .await
+            .expect("runs");
+        assert!(matches!(out, JobOutcome::Ran { .. }), "day {day}: {out:?}");
+    }
+    eventually(
+        Duration::from_secs(5),
+        "records beyond five are collected",
+        || {
+            let cluster = &cluster;
+            async move {
+                hlen(cluster, "rq:done:nightly")
+                    .await
+                    .iter()
+                    .all(|n| *n <= 5)
+            }
+        },
+    )
+    .await;
+    // The newest periods are still remembered.
+    let again = job
+        .run_period("2026-11-12", Duration::from_secs(2), |_, _| async {})
+        .await
+        .expect("answers");
+    assert!(matches!(again, JobOutcome::AlreadyDone { .. }), "{again:?}");
+}
