@@ -25,6 +25,8 @@ pub(crate) enum KeyKind {
     Cluster,
     /// A repair's claim on the node it repairs (liveness only).
     RepairClaim,
+    /// The fence floor: at least every lock fence this node collected (see lock_release.lua).
+    FenceFloor,
     /// A monotonic ID sequence's current maximum.
     Id,
     /// A lease (lock) key: a hash {v: holder value, n: version, t: ttl ms}; never expires.
@@ -51,6 +53,7 @@ impl KeyKind {
             KeyKind::Marker => "marker",
             KeyKind::Cluster => "cluster",
             KeyKind::RepairClaim => "repairing",
+            KeyKind::FenceFloor => "floor",
             KeyKind::Id => "id",
             KeyKind::Lock => "lock",
             KeyKind::Fence => "fence",

@@ -521,10 +521,11 @@ impl Lock {
     /// key, or only read), decided as soon as a majority granted or cannot.
     async fn send_round(&self, value: &Arc<str>, token: u64, asks: Vec<Ask>) -> Tally<Grant> {
         let inner = &self.inner;
-        let keys: Arc<[String; 3]> = Arc::new([
+        let keys: Arc<[String; 4]> = Arc::new([
             inner.key.clone(),
             inner.fence_key.clone(),
             inner.marker_key.clone(),
+            fixed_key(KeyKind::FenceFloor),
         ]);
         let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
         let asks: Arc<[Ask]> = asks.into();
@@ -560,6 +561,7 @@ impl Lock {
                             .key(&keys[0])
                             .key(&keys[1])
                             .key(&keys[2])
+                            .key(&keys[3])
                             .arg(&*value)
                             .arg(ttl_ms)
                             .arg(token)
@@ -609,8 +611,9 @@ impl Lock {
     /// TTL anyway), so one frozen node does not slow a release down.
     async fn release_value(&self, value: &Arc<str>) -> usize {
         let inner = &self.inner;
-        let (key, channel, value) = (
+        let (key, fence, channel, value) = (
             Arc::<str>::from(inner.key.as_str()),
+            Arc::<str>::from(inner.fence_key.as_str()),
             Arc::<str>::from(inner.channel.as_str()),
             value.clone(),
         );
@@ -620,10 +623,13 @@ impl Lock {
         tokio::spawn(async move {
             client
                 .fan_out_all_reporting("lock.release", deadline, tx, move |mut nc: NodeConn| {
-                    let (key, channel, value) = (key.clone(), channel.clone(), value.clone());
+                    let (key, fence, channel, value) =
+                        (key.clone(), fence.clone(), channel.clone(), value.clone());
                     async move {
                         let deleted: i64 = LOCK_RELEASE
                             .key(&*key)
+                            .key(&*fence)
+                            .key(fixed_key(KeyKind::FenceFloor))
                             .arg(&*value)
                             .arg(&*channel)
                             .invoke_async(&mut nc.conn)
@@ -651,10 +657,11 @@ impl Lock {
         valid_until: Instant,
     ) -> Result<Stamp, (bool, String)> {
         let inner = &self.inner;
-        let keys: Arc<[String; 3]> = Arc::new([
+        let keys: Arc<[String; 4]> = Arc::new([
             inner.key.clone(),
             inner.fence_key.clone(),
             inner.marker_key.clone(),
+            fixed_key(KeyKind::FenceFloor),
         ]);
         let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
         let expiry = if inner.server_clock { "x" } else { "" };
@@ -672,6 +679,7 @@ impl Lock {
                             .key(&keys[0])
                             .key(&keys[1])
                             .key(&keys[2])
+                            .key(&keys[3])
                             .arg(&*value)
                             .arg(version)
                             .arg(ttl_ms)

@@ -116,3 +116,48 @@ async fn completion_records_beyond_the_retained_ones_are_collected() {
         .expect("answers");
     assert!(matches!(again, JobOutcome::AlreadyDone { .. }), "{again:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_of_released_locks_are_collected_and_tokens_still_increase() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let mut first_token = 0;
+    for i in 0..40 {
+        let lock =
+            redquorum::Lock::new(&c, &format!("order-{i}"), Duration::from_secs(5)).expect("valid");
+        let guard = lock.try_acquire().await.expect("free");
+        if i == 0 {
+            first_token = guard.token().get();
+        }
+        guard.release().await.expect("released");
+    }
+    for i in 0..3 {
+        let mut con = cluster.node(i).direct_connection().await;
+        let (_, fences): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(0)
+            .arg("MATCH")
+            .arg("rq:fence:*")
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut con)
+            .await
+            .expect("SCAN");
+        assert!(
+            fences.is_empty(),
+            "node {i} keeps fence keys of released locks: {fences:?}"
+        );
+    }
+    // The first lock again: its fence key is gone, yet its next token is above its last one.
+    let again = redquorum::Lock::new(&c, "order-0", Duration::from_secs(5))
+        .expect("valid")
+        .try_acquire()
+        .await
+        .expect("free");
+    assert!(
+        again.token().get() > first_token,
+        "token {} must follow the lock's earlier token {first_token}",
+        again.token()
+    );
+    again.release().await.expect("released");
+}

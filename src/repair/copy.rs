@@ -47,6 +47,7 @@ const KINDS: &[(&str, Kind)] = &[
     ("rq:id:", Kind::Register),
     ("rq:fence:", Kind::Register),
     ("rq:gfence:", Kind::Register),
+    ("rq:floor", Kind::Register),
     ("rq:view:", Kind::View),
     ("rq:lock:", Kind::Lease),
     ("rq:glock:", Kind::Lease),

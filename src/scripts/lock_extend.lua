@@ -4,6 +4,7 @@
 -- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
 -- KEYS[2]  fence key (rq:fence:<name>).
 -- KEYS[3]  node marker (rq:marker).
+-- KEYS[4]  the fence floor (rq:floor), see lock_acquire.lua.
 -- ARGV[1]  the holder's value (as passed to lock_acquire.lua).
 -- ARGV[2]  the extension's version: an integer the holder raises with every extension.
 -- ARGV[3]  ttl in milliseconds, integer >= 1.
@@ -43,7 +44,8 @@ end
 if ARGV[6] == 'x' then
   return 0
 end
-local fence = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
+local fence = math.max(rq_stored(redis.call('GET', KEYS[2]), KEYS[2]),
+  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]))
 if fence > token then
   return -2
 end

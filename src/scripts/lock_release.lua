@@ -1,14 +1,27 @@
--- lock_release.lua: compare-and-delete.
+-- lock_release.lua: compare-and-delete, and garbage collection of the lock's fence.
 --
 -- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
+-- KEYS[2]  the lock's fence key (rq:fence:<name>).
+-- KEYS[3]  the fence floor (rq:floor): raised to the fence before the fence key is deleted,
+--          so a later grant of this lock (which counts from max(fence, floor)) still gets a
+--          higher token, and a node does not keep one fence key per lock name forever.
 -- ARGV[1]  the holder's value.
 -- ARGV[2]  pub/sub channel to notify waiters on (rq:released:<name>).
 --
 -- Returns  1 if the key held ARGV[1] and was deleted (waiters are notified); 0 otherwise
 --          (someone else's lock is never touched).
-if redis.call('HGET', KEYS[1], 'v') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
+-- No marker check: deleting one's own copy is safe on any node, verified or not.
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
+  return 0
 end
-return 0
+redis.call('DEL', KEYS[1])
+local fence = rq_int(redis.call('GET', KEYS[2]) or '0')
+if fence then
+  local floor = rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
+  if fence > floor then
+    redis.call('SET', KEYS[3], tostring(fence))
+  end
+  redis.call('DEL', KEYS[2])
+end
+redis.call('PUBLISH', ARGV[2], '1')
+return 1
