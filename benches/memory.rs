@@ -23,8 +23,15 @@ async fn sample(port: u16) -> (u64, u64) {
         .get_multiplexed_async_connection()
         .await
         .expect("connects");
-    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut con).await.expect("DBSIZE");
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut con).await.expect("INFO");
+    let keys: u64 = redis::cmd("DBSIZE")
+        .query_async(&mut con)
+        .await
+        .expect("DBSIZE");
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut con)
+        .await
+        .expect("INFO");
     let used = info
         .lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
@@ -51,7 +58,8 @@ async fn main() {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let lock = Lock::new(&c, &format!("order-{w}-{i}"), Duration::from_secs(5)).expect("valid");
+                let lock = Lock::new(&c, &format!("order-{w}-{i}"), Duration::from_secs(5))
+                    .expect("valid");
                 if let Ok(g) = lock.try_acquire().await {
                     let _ = g.release().await;
                     ops.fetch_add(1, Ordering::Relaxed);
@@ -63,8 +71,9 @@ async fn main() {
     for w in 0..2 {
         let (c, stop, ops) = (client.clone(), stop.clone(), ops.clone());
         tasks.push(tokio::spawn(async move {
-            let gens: Vec<IdGenerator> =
-                (0..10).map(|s| IdGenerator::new(&c, &format!("seq-{s}")).expect("valid")).collect();
+            let gens: Vec<IdGenerator> = (0..10)
+                .map(|s| IdGenerator::new(&c, &format!("seq-{s}")).expect("valid"))
+                .collect();
             let mut i = w;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
@@ -84,25 +93,39 @@ async fn main() {
             let mut p = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 p += 1;
-                if job.run_period(&format!("p{p}"), Duration::from_secs(1), |_, _| async {}).await.is_ok() {
+                if job
+                    .run_period(&format!("p{p}"), Duration::from_secs(1), |_, _| async {})
+                    .await
+                    .is_ok()
+                {
                     ops.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }));
     }
     // Members that join and leave (each a new process key), beside one that stays.
-    let stay = Member::join(&client, "churn", "stay", GroupOptions::default().with_interval(Duration::from_millis(200)))
-        .await
-        .expect("joins");
+    let stay = Member::join(
+        &client,
+        "churn",
+        "stay",
+        GroupOptions::default().with_interval(Duration::from_millis(200)),
+    )
+    .await
+    .expect("joins");
     {
         let (c, stop, ops) = (client.clone(), stop.clone(), ops.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let m = Member::join(&c, "churn", &format!("temp-{i}"), GroupOptions::default().with_interval(Duration::from_millis(200)))
-                    .await
-                    .expect("joins");
+                let m = Member::join(
+                    &c,
+                    "churn",
+                    &format!("temp-{i}"),
+                    GroupOptions::default().with_interval(Duration::from_millis(200)),
+                )
+                .await
+                .expect("joins");
                 tokio::time::sleep(Duration::from_millis(700)).await;
                 m.leave().await;
                 ops.fetch_add(1, Ordering::Relaxed);

@@ -2,17 +2,21 @@
 //!
 //! Coordination across **N independent Redis nodes** with majority quorums: monotonic
 //! fencing IDs, fenced leases and leader election, fenced peer indexing and work
-//! distribution. This release contains the quorum core and node safety checks,
+//! distribution. This release contains the quorum core, node safety checks and repair,
+//! [`cluster`] identity (the node list stored on the nodes, [`Client::change_cluster`]),
 //! [`IdGenerator`] (monotonic fencing IDs), [`Lock`] (fenced leases), [`Election`] and
-//! [`PeriodicJob`], and the resource-side [`fencing`] helpers. Each module's docs state its
-//! guarantees, what is not guaranteed, errors and cancel safety.
+//! [`PeriodicJob`], fenced peer indexing ([`membership::Member`]), and the resource-side
+//! [`fencing`] helpers. Each module's docs state its guarantees, what is not guaranteed,
+//! errors and cancel safety.
 //!
 //! ## What every guarantee assumes
 //! - Each node persists a write before replying: `appendonly yes`, `appendfsync always`,
 //!   on a disk that does not lie about fsync. [`Client::check`] verifies what it can.
 //! - Nodes never evict keys: `maxmemory-policy noeviction`.
 //! - Nodes fail independently, and each is counted once (two URLs to one server are
-//!   detected by `run_id` and the second is not counted).
+//!   detected by `run_id` and the second is not counted, from the first fan-out).
+//! - Every client of a cluster lists the cluster's nodes: checked, since the node list is
+//!   stored on the nodes and a client with another node count is refused at connect.
 //! - At most a minority of the configured nodes is down, slow, partitioned, restarted or
 //!   wiped at any time.
 //!

@@ -14,10 +14,10 @@
 //! own monotonic clock (`lease::Beats`; every member keeps this watch warm from its view
 //! reads, so a new leader judges without waiting a whole lease first). The leader seals views
 //! (`prepare`), waits until every member of the last active view has drained and acknowledged
-//! or is gone, then activates them. Views live in a quorum register (set-if-version-greater
-//! on every node, committed on a majority); readers take the highest version from a majority
-//! and write it back to a majority before adopting it, so no two instances adopt views in
-//! opposite orders.
+//! or is gone, then activates them. Views live in a quorum register (a compare-and-set on
+//! each view's base on every node, committed on a majority, see `register.rs`); readers
+//! take the highest version from a majority and write it back to a majority before adopting
+//! it, so no two instances adopt views in opposite orders and views cannot fork.
 //!
 //! # Why the barrier holds without node clocks
 //! A member M owns tasks of the active view V1 only through an assignment published after a

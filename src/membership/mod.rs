@@ -1,11 +1,11 @@
-//! Fenced peer indexing (in progress): the pure decision core of membership views.
+//! Fenced peer indexing: every instance of a group learns `(index, replicas)` and which tasks it
+//! owns, with an enforced prepare/active transition when membership changes.
 //!
-//! This first increment holds only the parts with no I/O, so they can be reviewed and
-//! property-tested on their own: view versions and their fencing tokens, sticky dense indexes,
-//! the two ownership modes (the seed's `task_id % replicas` and rendezvous-hashed buckets), and
-//! the transition barrier's decision. Membership leases, the view register on the quorum
-//! nodes, the leader that seals views and the `index watch` CLI build on this (see ARCHITECTURE.md
-//! and the open issue).
+//! - [`assign`]: the pure core (view versions and their tokens, sticky dense indexes, the two
+//!   ownership modes, the transition barrier's decision).
+//! - `register` (private): the view register on the quorum nodes (no fork: a compare-and-set on
+//!   each view's base).
+//! - [`group`]: [`Member`], beats, the leader that seals and activates views, drain hooks.
 
 pub mod assign;
 pub mod group;
