@@ -45,7 +45,7 @@ async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let run = Duration::from_secs(if quick { 30 } else { 120 });
     let nodes = LocalNodes::start(3);
-    let client = Client::connect(Config::from_urls(&nodes.urls()).expect("valid"))
+    let client = Client::connect(Config::from_urls(nodes.urls()).expect("valid"))
         .await
         .expect("connects");
     let stop = Arc::new(AtomicBool::new(false));
