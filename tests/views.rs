@@ -141,3 +141,71 @@ async fn with_the_forkable_register_a_reseal_gives_one_token_two_owners() {
         "the forkable register must let A and B adopt two views at one version"
     );
 }
+
+/// A deposed leader's late seal X reaches one node after the new leader read V1; a reader
+/// spreads X by its write-back and adopts it; then the new leader seals W derived from V1.
+/// Returns what the reader adopted and the new leader's seal.
+async fn deposed_leaders_late_write(forkable: bool) -> (View, View, Result<View, Error>) {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let all = cluster.urls();
+    let dead = "redis://127.0.0.1:1".to_string();
+    let old_leader = client(&all).await;
+    let new_leader = client(&all).await;
+    let reader = client(&[all[0].clone(), all[1].clone(), dead]).await;
+    let l1 = ViewRegisterForTests::new(&old_leader, "g", forkable).expect("valid");
+    let l2 = ViewRegisterForTests::new(&new_leader, "g", forkable).expect("valid");
+    let r = ViewRegisterForTests::new(&reader, "g", forkable).expect("valid");
+
+    let v1 = l1
+        .seal(active_from(&View::empty(), &["a", "b"], 1))
+        .await
+        .expect("V1 sealed in term 1");
+    // The new leader (term 2) has read V1; the old one's late seal X lands on node 0 only.
+    cluster.node(1).cut_off();
+    cluster.node(2).cut_off();
+    let _ = l1.seal(active_from(&v1, &["a", "b", "c"], 1)).await;
+    cluster.node(1).heal();
+    cluster.node(2).heal();
+    // A reader that reaches nodes 0 and 1 spreads X and adopts it (c now owns tasks).
+    let reading = r.read().await.expect("reads");
+    let adopted = r.adopt(&reading).await.expect("adopts");
+    // The new leader seals W from what it read: V1.
+    let w = l2.seal(v1.next(&members(&["a", "b", "d"]), 2)).await;
+    (v1, adopted, w)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_spread_late_view_is_never_skipped_by_the_next_seal() {
+    let (v1, adopted, w) = deposed_leaders_late_write(false).await;
+    assert!(
+        adopted.members.contains_key("c"),
+        "the reader adopted the late view X: {adopted:?}"
+    );
+    assert!(
+        w.is_err(),
+        "W, derived from V1, must be refused where X is held (X was adopted after V1): {w:?}"
+    );
+    println!(
+        "the new leader's seal from the stale base V1 {:?} was refused: {w:?}",
+        v1.version
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_forkable_register_the_next_seal_skips_an_adopted_view() {
+    let (_, adopted, w) = deposed_leaders_late_write(true).await;
+    let w = w.expect("the forkable register takes W over X (a higher version)");
+    assert!(
+        adopted.members.contains_key("c"),
+        "the reader adopted X: {adopted:?}"
+    );
+    assert!(
+        !w.draining.contains("c"),
+        "W's draining set misses c, who worked under the adopted X: the skip this test shows"
+    );
+    assert_ne!(
+        w.base, adopted.version,
+        "W does not derive from the adopted X"
+    );
+}
