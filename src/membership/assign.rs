@@ -161,6 +161,11 @@ impl View {
         format!("{:016x}", xxhash_rust::xxh3::xxh3_64(json.as_bytes()))
     }
 
+    /// The digest of this view's stored form (see [`View::digest`]).
+    pub fn content_digest(&self) -> String {
+        View::digest(&serde_json::to_string(self).unwrap_or_default())
+    }
+
     /// The same view, activated under a new version sealed in `term`.
     pub fn activated(&self, term: u64) -> View {
         let seq = if term == self.version.term {

@@ -641,7 +641,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 let done = hook.as_ref().is_none_or(|h| h.is_finished());
                 if *version != view.version {
                     draining = None; // a newer view replaced it before we acknowledged
-                } else if done && ack(&shared, *version).await {
+                } else if done && ack(&shared, *version, view.content_digest().into()).await {
                     acked = Some(*version);
                     draining = None;
                 }
@@ -832,20 +832,48 @@ async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
 }
 
 /// Members that acknowledged `version` on any node of a majority.
-async fn acknowledged(shared: &Shared, version: ViewVersion) -> Result<BTreeSet<String>, Error> {
+/// The suffix of an acknowledgement's companion field, `<member>#h` = `<token>:<view digest>`.
+const ACK_DIGEST: &str = "#h";
+
+/// Members whose acknowledgement (field `member` = token) covers the prepared view `token`
+/// with content `digest`: a token above it, or this token with no digest recorded or the same
+/// digest. An acknowledgement of this very token for other content is not counted (a fork
+/// would show there; it cannot happen while one version names one view).
+pub(crate) fn acked_members(
+    acks: &std::collections::HashMap<String, String>,
+    token: u64,
+    digest: &str,
+) -> BTreeSet<String> {
+    acks.iter()
+        .filter(|(m, _)| !m.ends_with(ACK_DIGEST))
+        .filter_map(|(m, t)| Some((m, register::parse_int(t)?)))
+        .filter(|(m, t)| {
+            *t > token
+                || (*t == token
+                    && acks
+                        .get(&format!("{m}{ACK_DIGEST}"))
+                        .and_then(|d| d.split_once(':'))
+                        .is_none_or(|(dt, d)| dt != t.to_string() || d == digest))
+        })
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+async fn acknowledged(shared: &Shared, view: &View) -> Result<BTreeSet<String>, Error> {
     let key = shared.ack_key.clone();
-    let token = version.token().map(|t| t.get()).unwrap_or(u64::MAX);
+    let token = view.version.token().map(|t| t.get()).unwrap_or(u64::MAX);
+    let digest = view.content_digest();
     let tally = shared
         .client
         .fan_out("group.acks", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let (marker, acks): (Option<String>, std::collections::HashMap<String, u64>) = nc
-                    .checked_pipe()
-                    .cmd("HGETALL")
-                    .arg(&*key)
-                    .query_async(&mut nc.conn)
-                    .await?;
+                let (marker, acks): (Option<String>, std::collections::HashMap<String, String>) =
+                    nc.checked_pipe()
+                        .cmd("HGETALL")
+                        .arg(&*key)
+                        .query_async(&mut nc.conn)
+                        .await?;
                 if !nc.marker_holds(marker.as_deref()) {
                     return Ok(nc.stale());
                 }
@@ -858,23 +886,24 @@ async fn acknowledged(shared: &Shared, version: ViewVersion) -> Result<BTreeSet<
         .require_majority("group.acks", tally, |_| String::new())?;
     Ok(tally
         .replies()
-        .flat_map(|(_, acks)| {
-            acks.iter()
-                .filter(|(_, t)| **t >= token)
-                .map(|(m, _)| m.clone())
-        })
+        .flat_map(|(_, acks)| acked_members(acks, token, &digest))
         .collect())
 }
 
-async fn ack(shared: &Shared, version: ViewVersion) -> bool {
+async fn ack(shared: &Shared, version: ViewVersion, digest: Arc<str>) -> bool {
     let Some(token) = version.token() else {
         return false;
     };
     let (key, id) = (shared.ack_key.clone(), shared.key.clone());
+    let (digest_field, digest_value): (Arc<str>, Arc<str>) = (
+        format!("{id}{ACK_DIGEST}").into(),
+        format!("{}:{digest}", token.get()).into(),
+    );
     let tally = shared
         .client
         .fan_out("group.ack", Wait::Decided, move |mut nc: NodeConn| {
             let (key, id) = (key.clone(), id.clone());
+            let (digest_field, digest_value) = (digest_field.clone(), digest_value.clone());
             async move {
                 let (status, _): (i64, u64) = RECORD
                     .key(&*key)
@@ -882,6 +911,8 @@ async fn ack(shared: &Shared, version: ViewVersion) -> bool {
                     .arg(&*id)
                     .arg(token.get())
                     .arg(&*nc.marker)
+                    .arg(&*digest_field)
+                    .arg(&*digest_value)
                     .invoke_async(&mut nc.conn)
                     .await?;
                 Ok(if status == 1 {
@@ -1030,7 +1061,7 @@ async fn leader_step(
     tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
     let next = match view.state {
         ViewState::Prepare => {
-            let acks = match acknowledged(shared, view.version).await {
+            let acks = match acknowledged(shared, &view).await {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::debug!(group = %shared.group, error = %e, "leader: cannot read acknowledgements");

@@ -361,6 +361,32 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledgement_counts_for_the_view_whose_content_it_names() {
+        use crate::membership::group::acked_members;
+        let acks: std::collections::HashMap<String, String> = [
+            ("a", "7"),
+            ("a#h", "7:aaaa"),
+            ("b", "7"),
+            ("b#h", "7:ffff"),
+            ("c", "7"),
+            ("d", "8"),
+            ("d#h", "8:ffff"),
+            ("e", "6"),
+            ("f", "nan"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let got = acked_members(&acks, 7, "aaaa");
+        let want: std::collections::BTreeSet<String> =
+            ["a", "c", "d"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            got, want,
+            "b acknowledged other content at 7; e an older view; f is corrupted"
+        );
+    }
+
+    #[test]
     fn a_sealer_never_reuses_a_version_it_tried() {
         let base = view(4, 7, &["a"]);
         let tried = base.next(&["a", "b"].iter().map(|s| s.to_string()).collect(), 4);

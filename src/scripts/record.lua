@@ -7,6 +7,8 @@
 -- ARGV[1]  the field.
 -- ARGV[2]  the value, a decimal integer below 2^53.
 -- ARGV[3]  expected marker, or "*" (test-only).
+-- ARGV[4]  optional: a companion field, set to ARGV[5] as it is (an acknowledgement's
+--          "<token>:<view digest>", naming the content it acknowledges).
 --
 -- Returns  {1, previous}  the field now holds at least ARGV[2] (never lowered).
 --          {-1, current}  marker missing or stale: nothing changed.
@@ -18,5 +20,8 @@ if ARGV[3] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
 end
 if current < want then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+if ARGV[4] and ARGV[5] then
+  redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
 end
 return {1, current}
