@@ -5,8 +5,8 @@
 //! Each source's keyspace is walked with `SCAN ... MATCH rq:*` a page at a time; the keys of a
 //! page are read from EVERY source (a pipeline each), merged (the highest register, the newest
 //! view, the newest lease copy, each hash field's highest value), and written to the targets
-//! with the same monotonic scripts the protocols use. A key that an earlier source already
-//! holds was copied with that source's pages and is skipped. Memory stays bounded by a page,
+//! with the same monotonic scripts the protocols use (idempotent, so a key several sources
+//! hold is simply written more than once). Memory stays bounded by a page,
 //! each page has its own deadline, and a keyspace of any size finishes.
 //!
 //! Keys that appear on the sources after the copy started were accepted by majorities without
@@ -108,14 +108,6 @@ pub(crate) struct Holdings {
     pub(crate) hashes: BTreeMap<String, BTreeMap<String, String>>,
 }
 
-impl Holdings {
-    fn holds(&self, key: &str) -> bool {
-        self.registers.contains_key(key)
-            || self.views.contains_key(key)
-            || self.leases.contains_key(key)
-            || self.hashes.contains_key(key)
-    }
-}
 
 /// The fencing token inside a lease value (`random:token:holder`).
 fn lease_token(value: &str) -> u64 {
@@ -131,8 +123,12 @@ fn lease_token(value: &str) -> u64 {
 pub(crate) struct Plan {
     /// Registers and the value each is raised to.
     pub(crate) registers: Vec<(String, u64)>,
-    /// Per view key the newest view.
+    /// Per view key the newest view the sources hold.
     pub(crate) views: Vec<(String, (u64, String))>,
+    /// View keys whose newest view has a sibling on the sources (another view derived from the
+    /// same base): which of the two a majority adopted may have been decided on the target
+    /// alone, so the copy must wait until a later seal moves the chain past both.
+    pub(crate) ambiguous: Vec<String>,
     /// Per lease key the newest copy (highest token, then highest version).
     pub(crate) leases: BTreeMap<String, LeaseCopy>,
     /// Per hash field the highest value (or any, for beats).
@@ -152,7 +148,7 @@ impl Plan {
 /// lost lease copy or beat stays lost.
 pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
     let mut registers: BTreeMap<String, u64> = BTreeMap::new();
-    let mut views: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    let mut all_views: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
     let mut leases: BTreeMap<String, LeaseCopy> = BTreeMap::new();
     let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
     for h in sources {
@@ -161,9 +157,7 @@ pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
             *e = (*e).max(*v);
         }
         for (k, (t, v)) in &h.views {
-            if views.get(k).is_none_or(|(bt, _)| t > bt) {
-                views.insert(k.clone(), (*t, v.clone()));
-            }
+            all_views.entry(k.clone()).or_default().insert(*t, v.clone());
         }
         if server_clock_leases {
             continue;
@@ -201,29 +195,36 @@ pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
     }
     Plan {
         registers: registers.into_iter().collect(),
-        views: views.into_iter().collect(),
+        ambiguous: all_views
+            .iter()
+            .filter(|(_, vs)| newest_has_sibling(vs))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        views: all_views
+            .into_iter()
+            .filter_map(|(k, vs)| vs.into_iter().next_back().map(|(t, v)| (k, (t, v))))
+            .collect(),
         leases,
         hashes,
     }
 }
 
-/// The keys of `page` that no source before `source` (in `order`) holds: those were copied
-/// with that source's own pages.
-fn new_to(
-    page: &[String],
-    source: usize,
-    order: &[usize],
-    read: &BTreeMap<usize, Holdings>,
-) -> BTreeSet<String> {
-    let earlier: Vec<&Holdings> = order
+/// Whether the newest of these views (token -> JSON) shares its base with another one.
+fn newest_has_sibling(views: &BTreeMap<u64, String>) -> bool {
+    let base = |json: &String| {
+        serde_json::from_str::<crate::membership::View>(json)
+            .ok()
+            .map(|v| v.base)
+    };
+    let Some((newest, json)) = views.iter().next_back() else {
+        return false;
+    };
+    let Some(newest_base) = base(json) else {
+        return false;
+    };
+    views
         .iter()
-        .take_while(|s| **s != source)
-        .filter_map(|s| read.get(s))
-        .collect();
-    page.iter()
-        .filter(|k| !earlier.iter().any(|h| h.holds(k)))
-        .cloned()
-        .collect()
+        .any(|(t, v)| t != newest && base(v) == Some(newest_base))
 }
 
 /// Read the given keys from one node, each by its kind, in one pipeline. A key of an
@@ -429,7 +430,9 @@ impl Client {
                             "source node{missing} stopped answering during the copy"
                         ));
                     }
-                    let fresh = new_to(&page, source, sources, &read);
+                    // Every key of the page is copied, also keys an earlier source holds: SCAN
+                    // need not return a key created on that source after its scan passed.
+                    let fresh: BTreeSet<String> = page.iter().cloned().collect();
                     copied.keys += fresh.len();
                     let only_fresh: Vec<Holdings> = read
                         .values()
@@ -464,6 +467,12 @@ impl Client {
                         &only_fresh.iter().collect::<Vec<_>>(),
                         server_clock_leases,
                     ));
+                    if let Some(key) = plan.ambiguous.first() {
+                        return Err(format!(
+                            "the sources hold two views of {key} derived from one base; the \
+                             repair waits for the next seal"
+                        ));
+                    }
                     if !plan.is_empty() {
                         let runs = Arc::new(copied.complete.clone());
                         let nodes: Vec<usize> = runs.keys().copied().collect();
@@ -528,6 +537,37 @@ mod tests {
     }
 
     #[test]
+    fn a_newest_view_with_a_sibling_on_the_sources_is_ambiguous() {
+        use crate::membership::View;
+        let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect();
+        let v1 = View::empty().next(&set(&["a"]), 1);
+        let x = v1.next(&set(&["a", "c"]), 1); // (1, 2), base v1
+        let w = v1.next(&set(&["a", "d"]), 2); // (2, 1), base v1: a sibling of x
+        let w2 = x.next(&set(&["a", "e"]), 2); // (2, 1) in another chain: base x
+        let json = |v: &View| serde_json::to_string(v).expect("json");
+        let tok = |v: &View| v.version.token().expect("t").get();
+        let holding = |views: &[&View]| Holdings {
+            views: views
+                .iter()
+                .map(|v| ("rq:view:g".to_string(), (tok(v), json(v))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .take(1)
+                .collect(),
+            ..Holdings::default()
+        };
+        let (hx, hw) = (holding(&[&x]), holding(&[&w]));
+        let p = plan(&[&hx, &hw], false);
+        assert_eq!(p.ambiguous, vec!["rq:view:g".to_string()], "x and w share a base");
+        let mut w2 = w2;
+        w2.version.seq = 2;
+        let hw2 = holding(&[&w2]);
+        let p = plan(&[&hx, &hw2], false);
+        assert!(p.ambiguous.is_empty(), "w2 derives from x: one chain");
+        assert_eq!(p.views[0].1 .0, tok(&w2));
+    }
+
+    #[test]
     fn only_state_keys_are_copied() {
         assert_eq!(classify("rq:id:orders"), Some(Kind::Register));
         assert_eq!(
@@ -569,14 +609,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_key_an_earlier_source_holds_is_not_copied_twice() {
-        let page: Vec<String> = vec!["rq:id:x".into(), "rq:id:y".into()];
-        let mut read = BTreeMap::new();
-        read.insert(0, holdings(&[("rq:id:x", 1)], &[]));
-        read.insert(2, holdings(&[("rq:id:x", 1), ("rq:id:y", 1)], &[]));
-        assert_eq!(new_to(&page, 0, &[0, 2], &read).len(), 2);
-        let fresh = new_to(&page, 2, &[0, 2], &read);
-        assert_eq!(fresh, BTreeSet::from(["rq:id:y".to_string()]));
-    }
 }

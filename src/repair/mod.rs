@@ -41,8 +41,9 @@
 //! the others are wiped (a wiped node plus a cut-off one), and safety must not depend on how
 //! many nodes are reachable.
 //!
-//! Architecture invariant: a node votes only while its marker equals its current run_id, and
-//! the marker is written only after the node holds every value a majority accepted.
+//! Architecture invariant: a node votes only while its marker names its current run_id and the
+//! client's cluster, and the marker is written only after the node holds every value a
+//! majority accepted.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -425,10 +426,16 @@ async fn has_state(nc: &mut NodeConn) -> redis::RedisResult<bool> {
 /// keeps what the AOF holds. A node restored from an old backup also shows an older run_id;
 /// it is taken only in that fallback.
 fn choose_sources(census: &[Census], target: usize, cluster: &str, needed: usize) -> Vec<usize> {
+    let target_run = census
+        .iter()
+        .find(|c| c.node == target)
+        .map(|c| c.run_id.clone())
+        .unwrap_or_default();
     let mut seen = HashSet::new();
     let (mut current, mut restarted) = (Vec::new(), Vec::new());
     for c in census {
-        if c.node == target || !seen.insert(c.run_id.clone()) {
+        // Never the target itself, also not through a second URL to its server.
+        if c.node == target || c.run_id == target_run || !seen.insert(c.run_id.clone()) {
             continue;
         }
         let Some(marker) = c.marker.as_deref() else {
