@@ -114,9 +114,16 @@ impl Descriptor {
     }
 }
 
-/// The suffix a change of the node list appends to an old node's marker: the node then votes
-/// for no client of the old cluster (see [`crate::Client::change_cluster`]).
-pub const SEALED: &str = "#sealed";
+/// What a change of the node list appends to an old node's marker, followed by the id of the
+/// cluster that replaces it (`<run_id>/<old id>#sealed:<new id>`): the node then votes for no
+/// client of the old cluster, and no second change can seal it for another successor (see
+/// [`crate::Client::change_cluster`]).
+pub const SEALED: &str = "#sealed:";
+
+/// The sealed marker of a node of cluster `old` replaced by cluster `new`.
+pub fn sealed_marker(run_id: &str, old: &str, new: &str) -> String {
+    format!("{}{SEALED}{new}", marker_value(run_id, old))
+}
 
 /// The marker value of a node verified for cluster `cluster`: `<run_id>/<cluster id>`.
 pub fn marker_value(run_id: &str, cluster: &str) -> String {
@@ -164,34 +171,44 @@ impl Adoption {
 ///
 /// `check_count` false is the TEST-ONLY switch that adopts whatever the nodes hold.
 pub fn adopt(ours: &[String], seen: &[Result<Descriptor, String>], check_count: bool) -> Adoption {
-    let mut distinct: Vec<&Descriptor> = Vec::new();
+    let mut distinct: Vec<(&Descriptor, usize)> = Vec::new();
+    let mut unreadable = None;
     for s in seen {
         match s {
-            Ok(d) => {
-                if !distinct.iter().any(|x| x.id == d.id) {
-                    distinct.push(d);
-                }
-            }
-            Err(e) if check_count => return Adoption::Refused(e.clone()),
-            Err(_) => {}
+            Ok(d) => match distinct.iter_mut().find(|(x, _)| x.id == d.id) {
+                Some((_, count)) => *count += 1,
+                None => distinct.push((d, 1)),
+            },
+            Err(e) => unreadable = Some(e.clone()),
         }
     }
-    let Some(newest) = distinct
+    let majority = ours.len() / 2 + 1;
+    let known: Vec<&Descriptor> = distinct.iter().map(|(d, _)| *d).collect();
+    // The newest of one chain of changes; or else the descriptor a majority of this client's
+    // nodes hold (a minority holding something else, or something unreadable, is left out as
+    // strangers: one stray node must not stop the cluster).
+    let chain = known
         .iter()
         .find(|d| {
-            distinct
+            known
                 .iter()
-                .all(|other| other.id == d.id || supersedes(d, other, &distinct))
+                .all(|other| other.id == d.id || supersedes(d, other, &known))
         })
         .copied()
-    else {
-        if distinct.is_empty() {
+        .filter(|_| unreadable.is_none() || !check_count);
+    let by_majority = distinct
+        .iter()
+        .find(|(_, count)| *count >= majority)
+        .map(|(d, _)| *d);
+    let Some(newest) = chain.or(by_majority) else {
+        if distinct.is_empty() && unreadable.is_none() {
             return Adoption::Unknown;
         }
-        let lists: Vec<String> = distinct
+        let mut lists: Vec<String> = distinct
             .iter()
-            .map(|d| format!("cluster {}: {}", d.id, d.describe()))
+            .map(|(d, _)| format!("cluster {}: {}", d.id, d.describe()))
             .collect();
+        lists.extend(unreadable);
         return Adoption::Refused(format!(
             "the nodes belong to different clusters ({}); this client lists {} nodes [{}]",
             lists.join("; "),
@@ -260,18 +277,16 @@ pub fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) 
     };
     let (run, cluster) = parse_marker(marker);
     if let (Some(c), Adoption::Adopted(d)) = (cluster, adopted) {
-        if let Some(sealed) = c.strip_suffix(SEALED) {
-            return if d.prev.as_deref() == Some(sealed) {
+        if let Some((sealed, successor)) = c.split_once(SEALED) {
+            return if successor == d.id || d.prev.as_deref() == Some(sealed) {
                 q(
-                    format!(
-                        "sealed when cluster {sealed} was replaced by cluster {}",
-                        d.id
-                    ),
+                    format!("sealed when cluster {sealed} was replaced by cluster {successor}"),
                     true,
                 )
             } else if sealed == d.id {
                 Standing::Stranger(format!(
-                    "cluster {sealed} was sealed by a change of its node list: use the new list"
+                    "cluster {sealed} was replaced by cluster {successor} (a change of its node \
+                     list): use the new list"
                 ))
             } else {
                 Standing::Stranger(format!("sealed for cluster {sealed}, not {}", d.id))
@@ -399,9 +414,23 @@ mod tests {
             Adoption::Refused(_)
         ));
         assert!(matches!(
-            adopt(&three, &[Ok(old), Err("unreadable".into())], true),
+            adopt(&three, &[Ok(old.clone()), Err("unreadable".into())], true),
             Adoption::Refused(_)
         ));
+        // A majority agreeing leaves a stray or unreadable minority out, as strangers.
+        let stray = Descriptor::new_cluster(&names(&["x", "y", "z"]));
+        assert_eq!(
+            adopt(&three, &[Ok(old.clone()), Ok(old.clone()), Ok(stray)], true),
+            Adoption::Adopted(old.clone())
+        );
+        assert_eq!(
+            adopt(
+                &three,
+                &[Ok(old.clone()), Ok(old.clone()), Err("v2".into())],
+                true
+            ),
+            Adoption::Adopted(old)
+        );
     }
 
     #[test]

@@ -129,3 +129,11 @@ pub(crate) static PRUNE: LazyLock<redis::Script> = LazyLock::new(|| {
         include_str!("scripts/prune.lua")
     ))
 });
+
+/// The last step of a repair: descriptor and marker, while the repairer's claim holds.
+pub(crate) static MARK: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/mark.lua")
+    ))
+});

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Mark;
+use super::{Mark, RepairClaim};
 use crate::client::{Client, NodeConn, Targets};
 use crate::cluster::{self, Adoption, Descriptor};
 use crate::config::{Config, ConfigError};
@@ -75,76 +75,67 @@ impl Client {
         let new = from.succeeding(&names);
         let needed_old = inner.majority.needed();
 
-        // 1. Seal every old node that is verified for the old cluster now (or was sealed by an
-        //    earlier run).
+        // 1. Seal every old node that is verified for the old cluster now (or was sealed for
+        //    the same successor by an earlier run).
+        let new_id: std::sync::Arc<str> = new.id.as_str().into();
         let seal = self
             .fan_out_raw(
                 "cluster.seal",
                 Wait::All,
                 Targets::All,
                 Some(inner.config.operation_timeout),
-                move |mut nc: NodeConn| async move {
-                    // The marker this node holds while it is verified for the old cluster.
-                    let current = nc.marker.to_string();
-                    let sealed = format!("{current}{}", cluster::SEALED);
-                    let done: i64 = SEAL
-                        .key(fixed_key(KeyKind::Marker))
-                        .arg(&current)
-                        .arg(&sealed)
-                        .invoke_async(&mut nc.conn)
-                        .await?;
-                    Ok(if done == 1 {
-                        NodeOutcome::Applied(nc.run_id.to_string())
-                    } else {
-                        NodeOutcome::Rejected(String::new())
-                    })
+                move |mut nc: NodeConn| {
+                    let new_id = new_id.clone();
+                    async move {
+                        // The marker this node holds while it is verified for the old cluster.
+                        let current = nc.marker.to_string();
+                        let sealed = format!("{current}{}{new_id}", cluster::SEALED);
+                        let done: i64 = SEAL
+                            .key(fixed_key(KeyKind::Marker))
+                            .arg(&current)
+                            .arg(&sealed)
+                            .invoke_async(&mut nc.conn)
+                            .await?;
+                        Ok(if done == 1 {
+                            NodeOutcome::Applied(nc.run_id.to_string())
+                        } else {
+                            NodeOutcome::Rejected(String::new())
+                        })
+                    }
                 },
             )
             .await;
-        let sealed_servers: HashSet<&String> = seal
-            .results()
-            .iter()
-            .filter_map(|r| match &r.outcome {
-                NodeOutcome::Applied(run) => Some(run),
-                _ => None,
-            })
-            .collect();
-        if sealed_servers.len() < needed_old {
-            return Err(
-                NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, |_| {
-                    "not verified for this cluster (restarted or wiped): repair it first".into()
-                })
-                .into(),
-            );
-        }
-
-        // 2. Settle, then find the sealed nodes to copy from.
+        // 2. Settle, then find the sealed nodes to copy from: sealed for this successor, by
+        //    this run or an earlier one, whatever the node's run_id now (a restart keeps what
+        //    the AOF holds).
         tokio::time::sleep(
             inner.config.node_timeout.max(to.node_timeout) + Duration::from_millis(25),
         )
         .await;
-        let sealed_marker = |run: &str| {
-            format!(
-                "{}{}",
-                cluster::marker_value(run, &from.id),
-                cluster::SEALED
-            )
-        };
+        let sealed_cluster = format!("{}{}{}", from.id, cluster::SEALED, new.id);
         let mut seen = HashSet::new();
         let sources: Vec<usize> = self
             .census()
             .await
             .into_iter()
-            .filter(|c| c.marker.as_deref() == Some(sealed_marker(&c.run_id).as_str()))
+            .filter(|c| {
+                c.marker
+                    .as_deref()
+                    .map(cluster::parse_marker)
+                    .is_some_and(|(_, cl)| cl == Some(sealed_cluster.as_str()))
+            })
             .filter(|c| seen.insert(c.run_id.clone()))
             .map(|c| c.node)
             .collect();
         if sources.len() < needed_old {
-            return Err(Error::InvalidArgument(format!(
-                "only {} sealed node(s) answered after sealing; {needed_old} are needed: run the \
-                 change again",
-                sources.len()
-            )));
+            return Err(
+                NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, |_| {
+                    "not verified for this cluster (restarted or wiped, or sealed for another \
+                 change): repair it first"
+                        .into()
+                })
+                .into(),
+            );
         }
 
         // 3. Copy onto the new nodes: new ones, or nodes of this cluster's lineage, never
@@ -152,10 +143,10 @@ impl Client {
         let target = Client::open(to, false).await?;
         let lineage = |marker: &Option<String>| match marker.as_deref().map(cluster::parse_marker) {
             None => true,
-            Some((_, Some(c))) => {
-                let c = c.strip_suffix(cluster::SEALED).unwrap_or(c);
-                c == from.id || c == new.id
-            }
+            Some((_, Some(c))) => match c.split_once(cluster::SEALED) {
+                Some((old, successor)) => old == from.id && successor == new.id,
+                None => c == from.id || c == new.id,
+            },
             Some((_, None)) => false,
         };
         let mut seen = HashSet::new();
@@ -174,23 +165,51 @@ impl Client {
                 targets.len()
             )));
         }
+        // Each target carries a claim during the copy, so one emptied meanwhile (FLUSHALL)
+        // is never marked, and no repair runs on it at the same time.
+        let mut claims: BTreeMap<usize, RepairClaim> = BTreeMap::new();
+        for node in targets.keys() {
+            let claim = RepairClaim::new(target.clone(), *node);
+            if claim.take().await {
+                claims.insert(*node, claim);
+            }
+        }
+        let targets: BTreeMap<usize, String> = targets
+            .into_iter()
+            .filter(|(n, _)| claims.contains_key(n))
+            .collect();
+        let refresh_all = || async {
+            for claim in claims.values() {
+                let _ = claim.refresh().await;
+            }
+            Ok(())
+        };
         let copied = self
-            .copy_paged(&sources, &target, targets, || async { Ok(()) })
+            .copy_paged(&sources, &target, targets, refresh_all)
             .await
             .map_err(|why| {
                 Error::InvalidArgument(format!("the copy stopped: {why}; run the change again"))
-            })?;
-
+            });
         // 4. Mark.
         let mut marked = 0;
-        for (node, run) in &copied.complete {
-            let mark = Arc::new(Mark {
-                run_id: run.clone(),
-                descriptor: new.encode(),
-                marker: cluster::marker_value(run, &new.id),
-            });
-            marked += target.mark(Targets::Only(*node), mark).await.len();
+        if let Ok(copied) = &copied {
+            for (node, run) in &copied.complete {
+                let Some(claim) = claims.get(node) else {
+                    continue;
+                };
+                let mark = Arc::new(Mark {
+                    run_id: run.clone(),
+                    descriptor: new.encode(),
+                    marker: cluster::marker_value(run, &new.id),
+                    claim: claim.nonce.clone(),
+                });
+                marked += target.mark(Targets::Only(*node), mark).await.len();
+            }
         }
+        for claim in claims.values() {
+            claim.release().await;
+        }
+        let copied = copied?;
         if marked < needed_new {
             return Err(Error::InvalidArgument(format!(
                 "marked {marked} node(s) of the new list; {needed_new} are needed: run the \
@@ -199,7 +218,7 @@ impl Client {
         }
         tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
         Ok(ClusterChange {
-            sealed: sealed_servers.len(),
+            sealed: sources.len(),
             marked,
             keys: copied.keys,
             from,

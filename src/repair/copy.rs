@@ -108,7 +108,6 @@ pub(crate) struct Holdings {
     pub(crate) hashes: BTreeMap<String, BTreeMap<String, String>>,
 }
 
-
 /// The fencing token inside a lease value (`random:token:holder`).
 fn lease_token(value: &str) -> u64 {
     value
@@ -157,7 +156,10 @@ pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
             *e = (*e).max(*v);
         }
         for (k, (t, v)) in &h.views {
-            all_views.entry(k.clone()).or_default().insert(*t, v.clone());
+            all_views
+                .entry(k.clone())
+                .or_default()
+                .insert(*t, v.clone());
         }
         if server_clock_leases {
             continue;
@@ -558,7 +560,11 @@ mod tests {
         };
         let (hx, hw) = (holding(&[&x]), holding(&[&w]));
         let p = plan(&[&hx, &hw], false);
-        assert_eq!(p.ambiguous, vec!["rq:view:g".to_string()], "x and w share a base");
+        assert_eq!(
+            p.ambiguous,
+            vec!["rq:view:g".to_string()],
+            "x and w share a base"
+        );
         let mut w2 = w2;
         w2.version.seq = 2;
         let hw2 = holding(&[&w2]);
@@ -608,5 +614,4 @@ mod tests {
             "the test-only mode restores no beats"
         );
     }
-
 }

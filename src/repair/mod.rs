@@ -55,7 +55,7 @@ use std::sync::Arc;
 
 use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
-use crate::scripts::{CLAIM, CLUSTER_INIT};
+use crate::scripts::{CLAIM, CLUSTER_INIT, MARK};
 
 mod change;
 pub(crate) mod copy;
@@ -273,6 +273,7 @@ impl Client {
                     run_id: run_id.to_string(),
                     descriptor: d.encode(),
                     marker: cluster::marker_value(run_id, &d.id),
+                    claim: claim.nonce.clone(),
                 });
                 if self.mark(Targets::Only(i), mark).await.contains(&i) {
                     tracing::info!(node = %self.inner.nodes[i].id, keys = copied.keys, written = copied.written, elapsed_ms = started.elapsed().as_millis() as u64, "repair copied");
@@ -304,18 +305,20 @@ impl Client {
                         if *nc.run_id != *mark.run_id {
                             return Ok(NodeOutcome::Rejected(()));
                         }
-                        let _: () = redis::pipe()
-                            .cmd("SET")
-                            .arg(fixed_key(KeyKind::Cluster))
-                            .arg(&mark.descriptor)
-                            .ignore()
-                            .cmd("SET")
-                            .arg(fixed_key(KeyKind::Marker))
+                        let marked: i64 = MARK
+                            .key(fixed_key(KeyKind::Marker))
+                            .key(fixed_key(KeyKind::Cluster))
+                            .key(fixed_key(KeyKind::RepairClaim))
                             .arg(&mark.marker)
-                            .ignore()
-                            .query_async(&mut nc.conn)
+                            .arg(&mark.descriptor)
+                            .arg(&mark.claim)
+                            .invoke_async(&mut nc.conn)
                             .await?;
-                        Ok(NodeOutcome::Applied(()))
+                        Ok(if marked == 1 {
+                            NodeOutcome::Applied(())
+                        } else {
+                            NodeOutcome::Rejected(())
+                        })
                     }
                 },
             )
@@ -386,6 +389,8 @@ pub(crate) struct Mark {
     pub(crate) run_id: String,
     pub(crate) descriptor: String,
     pub(crate) marker: String,
+    /// The claim nonce the node must still carry (see `mark.lua`).
+    pub(crate) claim: String,
 }
 
 /// One node as a repair finds it.
@@ -455,14 +460,14 @@ fn choose_sources(census: &[Census], target: usize, cluster: &str, needed: usize
 
 /// A repair's claim on the node it repairs (`rq:repairing`): one repairer at a time. It
 /// expires on the node's clock, which decides only who does the work.
-struct RepairClaim {
+pub(crate) struct RepairClaim {
     client: Client,
     node: usize,
-    nonce: String,
+    pub(crate) nonce: String,
 }
 
 impl RepairClaim {
-    fn new(client: Client, node: usize) -> Self {
+    pub(crate) fn new(client: Client, node: usize) -> Self {
         RepairClaim {
             client,
             node,
@@ -505,19 +510,19 @@ impl RepairClaim {
         tally.applied() == 1
     }
 
-    async fn take(&self) -> bool {
+    pub(crate) async fn take(&self) -> bool {
         self.run("take").await
     }
 
-    async fn refresh(&self) -> Result<(), String> {
-        if self.run("take").await {
+    pub(crate) async fn refresh(&self) -> Result<(), String> {
+        if self.run("refresh").await {
             Ok(())
         } else {
             Err("the repair claim was lost to another client".into())
         }
     }
 
-    async fn release(&self) {
+    pub(crate) async fn release(&self) {
         let _ = self.run("release").await;
     }
 }

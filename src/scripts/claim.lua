@@ -2,7 +2,8 @@
 -- decides only who does the work (two concurrent repairs are safe, merely wasteful).
 --
 -- KEYS[1]  the claim key (rq:repairing).
--- ARGV[1]  "take" (take or refresh the claim) or "release".
+-- ARGV[1]  "take" (take the claim, or keep one this repairer holds), "refresh" (only while
+--          this repairer still holds it: a FLUSHALL during the copy removes it) or "release".
 -- ARGV[2]  the repairer's nonce.
 -- ARGV[3]  claim lifetime in ms, decimal integer.
 --
@@ -15,6 +16,9 @@ if ARGV[1] == 'release' then
   return 1
 end
 if holder and holder ~= ARGV[2] then
+  return 0
+end
+if ARGV[1] == 'refresh' and not holder then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', rq_arg(ARGV[3], 'claim ttl'))

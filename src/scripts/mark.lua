@@ -1,0 +1,20 @@
+-- mark.lua: the last step of a repair or of a change of the node list: store the cluster
+-- descriptor, then the marker, only while the node still carries the repairer's claim (a
+-- FLUSHALL during the copy removes the claim with the copied keys, so a half-copied node is
+-- never marked).
+--
+-- KEYS[1]  the node marker (rq:marker).
+-- KEYS[2]  the cluster descriptor (rq:cluster).
+-- KEYS[3]  the repair claim (rq:repairing).
+-- ARGV[1]  the marker to write.
+-- ARGV[2]  the descriptor to write.
+-- ARGV[3]  the repairer's claim nonce: the claim must hold it (it is then deleted).
+--
+-- Returns  1 marked; 0 the claim is gone or another's: nothing changed.
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[3])
+return 1
