@@ -350,7 +350,17 @@ impl Client {
             .filter_map(|n| n.snapshot().0.and_then(|p| p.cluster))
             .map(|raw| cluster::Descriptor::decode(&raw))
             .collect();
-        cluster::adopt(&ours, &seen, inner.config.cluster_identity)
+        let adoption = cluster::adopt(&ours, &seen, inner.config.cluster_identity);
+        match (&inner.config.cluster_pin, adoption) {
+            (Some(pin), Adoption::Adopted(d)) if d.id != *pin && d.prev.as_ref() != Some(pin) => {
+                Adoption::Refused(format!(
+                    "these nodes form cluster {} ({}), but this client is pinned to cluster {pin}",
+                    d.id,
+                    d.describe()
+                ))
+            }
+            (_, adoption) => adoption,
+        }
     }
 
     fn report_with(&self, i: usize, adoption: &Adoption) -> NodeReport {

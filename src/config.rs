@@ -249,6 +249,7 @@ pub struct Config {
     pub(crate) quorum_override: Option<usize>,
     pub(crate) server_clock_leases: bool,
     pub(crate) cluster_identity: bool,
+    pub(crate) cluster_pin: Option<String>,
 }
 
 /// Smallest duration accepted anywhere.
@@ -296,6 +297,7 @@ impl Config {
             quorum_override: None,
             server_clock_leases: false,
             cluster_identity: true,
+            cluster_pin: None,
         })
     }
 
@@ -379,6 +381,25 @@ impl Config {
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
         self
+    }
+
+    /// Pin the cluster this client belongs to (its id, 16 hex digits, as `redquorum cluster
+    /// show` prints it). The client then refuses nodes of any other cluster (except the one
+    /// that directly replaced it by `cluster change`), and never sets up a new cluster on
+    /// blank nodes unless its own node list yields this id: recommended in production, where a
+    /// service given a list of new, empty nodes would otherwise start a fresh cluster.
+    ///
+    /// # Errors
+    /// [`ConfigError::ClusterMismatch`] when `id` is not 16 hex digits.
+    pub fn with_cluster_id(mut self, id: &str) -> Result<Self, ConfigError> {
+        let id = id.trim().to_ascii_lowercase();
+        if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ConfigError::ClusterMismatch(format!(
+                "cluster id {id:?} is not 16 hex digits (see `redquorum cluster show`)"
+            )));
+        }
+        self.cluster_pin = Some(id);
+        Ok(self)
     }
 
     /// TEST ONLY: adopt whatever cluster descriptor the nodes hold even when it lists another

@@ -197,3 +197,89 @@ async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
     cluster.node(1).thaw().await;
     assert!(y > last_a, "B's ID {y} must follow A's last {last_a}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
+    init_tracing();
+    let cluster = Cluster::start(6).await;
+    let all = cluster.urls();
+    let (old, new, other) = (all[0..3].to_vec(), all[3..6].to_vec(), all[3..5].to_vec());
+    let a = Client::connect(config(&old, true))
+        .await
+        .expect("the old cluster");
+    let ids_a = IdGenerator::new(&a, "s").expect("valid");
+    let last = ids_a.next_id().await.expect("an ID");
+    a.change_cluster(config(&new, true))
+        .await
+        .expect("old -> new (every node replaced)");
+    // A client that still has the old list tries to move the old cluster elsewhere.
+    let stale = Client::connect(config(&old, true))
+        .await
+        .expect("the old nodes still hold the old descriptor");
+    let second = stale.change_cluster(config(&other, true)).await;
+    println!("second change: {second:?}");
+    assert!(
+        second.is_err(),
+        "nodes sealed for one successor cannot be sealed for another: {second:?}"
+    );
+    let b = Client::connect(config(&new, true))
+        .await
+        .expect("the new cluster");
+    let y = IdGenerator::new(&b, "s")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("the new cluster works");
+    assert!(y > last, "{y} must follow {last}");
+}
+
+/// The old cluster on nodes 0-2 issued IDs; a service is given the replacement list (blank
+/// nodes 3-5) before `cluster change` ran. Returns the first ID it got, if any.
+async fn replacement_list_before_the_change(pinned: bool) -> (u64, Option<u64>) {
+    init_tracing();
+    let cluster = Cluster::start(6).await;
+    let all = cluster.urls();
+    let (old, new) = (all[0..3].to_vec(), all[3..6].to_vec());
+    let a = Client::connect(config(&old, true))
+        .await
+        .expect("the old cluster");
+    let ids = IdGenerator::new(&a, "s").expect("valid");
+    let mut last = 0;
+    for _ in 0..5 {
+        last = ids.next_id().await.expect("IDs");
+    }
+    let id = a.cluster().expect("a cluster").id;
+    let mut cfg = config(&new, true);
+    if pinned {
+        cfg = cfg.with_cluster_id(&id).expect("a valid id");
+    }
+    let got = match Client::connect(cfg).await {
+        Ok(b) => IdGenerator::new(&b, "s")
+            .expect("valid")
+            .next_id()
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    (last, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_client_never_sets_up_a_fresh_cluster_on_blank_nodes() {
+    let (last, got) = replacement_list_before_the_change(true).await;
+    assert_eq!(
+        got, None,
+        "a pinned client must not issue IDs from blank nodes (last was {last})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpinned_a_replacement_list_starts_a_fresh_cluster() {
+    let (last, got) = replacement_list_before_the_change(false).await;
+    println!("old cluster's last ID {last}; the fresh cluster's first {got:?}");
+    assert!(
+        got.is_some_and(|g| g <= last),
+        "without a pin the blank nodes become a fresh cluster whose IDs start over (the hazard the \
+         pin closes)"
+    );
+}

@@ -30,6 +30,11 @@ struct Cli {
     #[arg(long, global = true)]
     permissive: bool,
 
+    /// Pin the cluster (its id, from `cluster show`): refuse any other cluster and never set
+    /// up a new one on blank nodes unless the node list yields this id.
+    #[arg(long, global = true, env = "REDQUORUM_CLUSTER")]
+    cluster: Option<String>,
+
     /// State that every node runs `appendfsync always` when CONFIG GET is not allowed.
     #[arg(long, global = true)]
     attest_fsync_always: bool,
@@ -158,6 +163,9 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
         config = config.with_safety(SafetyMode::Permissive);
     }
     config = config.with_fsync_always_attested(cli.attest_fsync_always);
+    if let Some(id) = &cli.cluster {
+        config = config.with_cluster_id(id)?;
+    }
     let client = Client::connect(config.clone()).await?;
     match cli.command {
         Command::Cluster(ClusterCommand::Show) => match client.cluster() {

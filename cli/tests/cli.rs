@@ -17,6 +17,7 @@ async fn redquorum(args: &[&str]) -> Output {
     tokio::process::Command::new(BIN)
         .args(args)
         .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
         .output()
         .await
         .expect("the redquorum binary runs")
@@ -343,6 +344,7 @@ async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
             "--nodes", &nodes, "lock", "run", "cut", "--ttl", "1s", "--", "sh", "-c", &script,
         ])
         .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
         .output();
     let cut = async {
         // Wait until the grandchild exists, then cut the holder off from a majority.
@@ -391,6 +393,7 @@ async fn on_sigterm_lock_run_kills_a_child_that_ignores_it_by_the_lease_deadline
             "--nodes", &nodes, "lock", "run", "term", "--ttl", "1s", "--", "sh", "-c", &script,
         ])
         .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -440,6 +443,7 @@ async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
                 id,
             ])
             .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CLUSTER")
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -537,6 +541,7 @@ async fn frozen_process_scenario(fenced: bool) -> (String, u64, u64) {
             "--nodes", &nodes, "lock", "run", "account", "--ttl", "1s", "--", "sh", "-c", &cmd,
         ])
         .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
         .spawn()
         .unwrap();
     while !token_file.exists() {

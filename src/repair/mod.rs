@@ -204,6 +204,19 @@ impl Client {
                 Adoption::Adopted(d) => d.clone(),
                 _ => Descriptor::new_cluster(&ours),
             };
+            if let Some(pin) = inner
+                .config
+                .cluster_pin
+                .as_ref()
+                .filter(|p| **p != descriptor.id)
+            {
+                return RepairOutcome::Deferred(format!(
+                    "blank nodes, but this client is pinned to cluster {pin}: it sets up no \
+                     other cluster ({} would be {})",
+                    descriptor.describe(),
+                    descriptor.id
+                ));
+            }
             return self.bootstrap(&descriptor).await;
         }
         RepairOutcome::Deferred(format!(
