@@ -338,12 +338,7 @@ impl Client {
     /// The cluster these nodes' descriptors name, judged against this client's node list.
     fn judge_adoption(&self) -> Adoption {
         let inner = &self.inner;
-        let ours: Vec<String> = inner
-            .config
-            .nodes
-            .iter()
-            .map(|u| u.name().to_string())
-            .collect();
+        let ours = inner.config.node_names();
         let seen: Vec<Result<cluster::Descriptor, String>> = inner
             .nodes
             .iter()

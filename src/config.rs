@@ -413,6 +413,11 @@ impl Config {
         self
     }
 
+    /// The nodes' names as a cluster descriptor lists them ([`NodeUrl::name`]), in order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|u| u.name().to_string()).collect()
+    }
+
     /// The configured nodes, in order.
     pub fn nodes(&self) -> &[NodeUrl] {
         &self.nodes

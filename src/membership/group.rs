@@ -804,6 +804,21 @@ pub(crate) fn beat_reading(
     )
 }
 
+/// A whole hash, read behind the node's marker: None when the marker changed (the node lost
+/// its data or is another server), so the answer must not count.
+async fn read_hash<M: redis::FromRedisValue>(
+    nc: &mut NodeConn,
+    key: &str,
+) -> redis::RedisResult<Option<M>> {
+    let (marker, hash): (Option<String>, M) = nc
+        .checked_pipe()
+        .cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut nc.conn)
+        .await?;
+    Ok(nc.marker_holds(marker.as_deref()).then_some(hash))
+}
+
 /// The beats a majority holds (the first majority to answer).
 async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
     let key = shared.members_key.clone();
@@ -812,16 +827,10 @@ async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
         .fan_out("group.members", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let (marker, beats): (Option<String>, std::collections::BTreeMap<String, String>) =
-                    nc.checked_pipe()
-                        .cmd("HGETALL")
-                        .arg(&*key)
-                        .query_async(&mut nc.conn)
-                        .await?;
-                if !nc.marker_holds(marker.as_deref()) {
-                    return Ok(nc.stale());
-                }
-                Ok(NodeOutcome::Applied(beat_reading(&nc, beats)))
+                Ok(match read_hash(&mut nc, &key).await? {
+                    Some(beats) => NodeOutcome::Applied(beat_reading(&nc, beats)),
+                    None => nc.stale(),
+                })
             }
         })
         .await;
@@ -831,7 +840,6 @@ async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
     Ok(tally.replies().map(|(_, r)| r.clone()).collect())
 }
 
-/// Members that acknowledged `version` on any node of a majority.
 /// The suffix of an acknowledgement's companion field, `<member>#h` = `<token>:<view digest>`.
 const ACK_DIGEST: &str = "#h";
 
@@ -859,6 +867,7 @@ pub(crate) fn acked_members(
         .collect()
 }
 
+/// Members that acknowledged the prepared `view` on any node of a majority.
 async fn acknowledged(shared: &Shared, view: &View) -> Result<BTreeSet<String>, Error> {
     let key = shared.ack_key.clone();
     let token = view.version.token().map(|t| t.get()).unwrap_or(u64::MAX);
@@ -868,16 +877,10 @@ async fn acknowledged(shared: &Shared, view: &View) -> Result<BTreeSet<String>, 
         .fan_out("group.acks", Wait::Decided, move |mut nc: NodeConn| {
             let key = key.clone();
             async move {
-                let (marker, acks): (Option<String>, std::collections::HashMap<String, String>) =
-                    nc.checked_pipe()
-                        .cmd("HGETALL")
-                        .arg(&*key)
-                        .query_async(&mut nc.conn)
-                        .await?;
-                if !nc.marker_holds(marker.as_deref()) {
-                    return Ok(nc.stale());
-                }
-                Ok(NodeOutcome::Applied(acks))
+                Ok(match read_hash(&mut nc, &key).await? {
+                    Some(acks) => NodeOutcome::Applied(acks),
+                    None => nc.stale(),
+                })
             }
         })
         .await;

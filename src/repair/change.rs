@@ -71,7 +71,7 @@ impl Client {
             }
         };
         to.validate()?;
-        let names: Vec<String> = to.nodes().iter().map(|u| u.name().to_string()).collect();
+        let names = to.node_names();
         let new = from.succeeding(&names);
         let needed_old = inner.majority.needed();
 

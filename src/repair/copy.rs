@@ -434,39 +434,9 @@ impl Client {
                     }
                     // Every key of the page is copied, also keys an earlier source holds: SCAN
                     // need not return a key created on that source after its scan passed.
-                    let fresh: BTreeSet<String> = page.iter().cloned().collect();
-                    copied.keys += fresh.len();
-                    let only_fresh: Vec<Holdings> = read
-                        .values()
-                        .map(|h| Holdings {
-                            registers: h
-                                .registers
-                                .iter()
-                                .filter(|(k, _)| fresh.contains(*k))
-                                .map(|(k, v)| (k.clone(), *v))
-                                .collect(),
-                            views: h
-                                .views
-                                .iter()
-                                .filter(|(k, _)| fresh.contains(*k))
-                                .map(|(k, v)| (k.clone(), v.clone()))
-                                .collect(),
-                            leases: h
-                                .leases
-                                .iter()
-                                .filter(|(k, _)| fresh.contains(*k))
-                                .map(|(k, v)| (k.clone(), v.clone()))
-                                .collect(),
-                            hashes: h
-                                .hashes
-                                .iter()
-                                .filter(|(k, _)| fresh.contains(*k))
-                                .map(|(k, v)| (k.clone(), v.clone()))
-                                .collect(),
-                        })
-                        .collect();
+                    copied.keys += page.len();
                     let plan = Arc::new(plan(
-                        &only_fresh.iter().collect::<Vec<_>>(),
+                        &read.values().collect::<Vec<_>>(),
                         server_clock_leases,
                     ));
                     if let Some(key) = plan.ambiguous.first() {

@@ -194,12 +194,7 @@ impl Client {
         let any_state = census.iter().any(|c| c.has_state);
         let marked = census.iter().filter(|c| c.marker.is_some()).count();
         if answered == inner.nodes.len() && marked < needed && !any_state {
-            let ours: Vec<String> = inner
-                .config
-                .nodes
-                .iter()
-                .map(|u| u.name().to_string())
-                .collect();
+            let ours = inner.config.node_names();
             let descriptor = match &adoption {
                 Adoption::Adopted(d) => d.clone(),
                 _ => Descriptor::new_cluster(&ours),
