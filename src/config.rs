@@ -359,7 +359,7 @@ impl Config {
     /// TEST ONLY: switch off node-amnesia protection (marker check, quarantine, repair and
     /// the per-process high-water mark), so a test can show that its checker catches the
     /// violations this protection prevents. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn with_amnesia_protection_disabled_for_tests(mut self) -> Self {
         self.amnesia_protection = false;
         self
@@ -367,7 +367,7 @@ impl Config {
 
     /// TEST ONLY: count `needed` nodes as a quorum instead of a majority (for example N/2),
     /// so a test can show that its checker catches split-brain. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn with_unsafe_quorum_for_tests(mut self, needed: usize) -> Self {
         self.quorum_override = Some(needed);
         self
@@ -377,7 +377,7 @@ impl Config {
     /// re-create a missing copy on extension, and do not restore lease keys in repair: the
     /// classic Redlock behaviour, so a test can show the double holders that a node's clock
     /// step or a lost copy causes with it. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
         self
@@ -407,10 +407,19 @@ impl Config {
     /// node list then counts majorities over another set of servers, so a test can show the
     /// broken order this protection prevents. It also lets two URLs to one server both vote
     /// in a fan-out that starts before their probes are compared. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn without_cluster_identity_for_tests(mut self) -> Self {
         self.cluster_identity = false;
         self
+    }
+
+    /// The majority of these nodes (`n / 2 + 1`; only the `test-util` feature can lower it).
+    pub(crate) fn majority(&self) -> crate::quorum::Majority {
+        #[cfg(feature = "test-util")]
+        if let Some(needed) = self.quorum_override {
+            return crate::quorum::Majority::unsafe_quorum_for_tests(self.nodes.len(), needed);
+        }
+        crate::quorum::Majority::of(self.nodes.len())
     }
 
     /// The nodes' names as a cluster descriptor lists them ([`NodeUrl::name`]), in order.

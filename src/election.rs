@@ -115,6 +115,9 @@ impl Election {
     ///
     /// # Errors
     /// [`Error::LockHeld`] if there is a leader; [`Error::NoQuorum`] without a majority.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a lease won by a dropped call is released in the background.
     pub async fn try_campaign(&self) -> Result<Leadership, Error> {
         self.lock
             .try_acquire()
@@ -126,6 +129,9 @@ impl Election {
     ///
     /// # Errors
     /// [`Error::NoQuorum`] if fewer than a majority answered.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe (read-only).
     pub async fn leader(&self) -> Result<Option<LeaderInfo>, Error> {
         Ok(self
             .lock
@@ -197,6 +203,11 @@ impl Leadership {
     ///
     /// # Errors
     /// None today (see [`LockGuard::release`]).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: leadership already ended when the call began (the lease is reported
+    /// lost first); a dropped release leaves copies that a successor takes over after their
+    /// TTL.
     pub async fn resign(self) -> Result<(), Error> {
         self.guard.release().await.map(|_| ())
     }
@@ -271,6 +282,10 @@ impl PeriodicJob {
     /// # Errors
     /// [`Error::LeaseLost`] if the lease was lost while the work ran (the work was cancelled
     /// and the period is not recorded); [`Error::NoQuorum`] without a majority; invalid input.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe for the work: dropping the call drops `work` wherever it is and leaves
+    /// the period unrecorded (it runs again on the next call). The lease is released.
     pub async fn run_period<F, Fut, T>(
         &self,
         period: &str,

@@ -58,6 +58,20 @@ pub enum Error {
         /// Why.
         reason: crate::lock::LossReason,
     },
+    /// The operation stopped part-way (a change of the node list that could not seal, copy or
+    /// mark enough nodes). What it did is safe to keep; run it again to finish.
+    #[error("{op}: {reason}")]
+    Unfinished {
+        /// The operation.
+        op: &'static str,
+        /// Why it stopped, and what to do.
+        reason: String,
+    },
+    /// A failure inside this client, not of the nodes or the input: the runtime shutting down
+    /// under a call, a value that cannot be encoded, a register whose stored state this
+    /// client cannot read. The operation may or may not have taken effect.
+    #[error("internal failure: {0}")]
+    Internal(String),
     /// The sequence reached its limit (IDs stay below 2^53).
     #[error("sequence {sequence:?} is exhausted: IDs must stay below {limit}")]
     Exhausted {
@@ -78,21 +92,28 @@ impl Error {
             | Error::Name(_)
             | Error::InvalidArgument(_)
             | Error::Exhausted { .. } => false,
-            Error::Contended { .. } => true,
+            Error::Contended { .. } | Error::Unfinished { .. } | Error::Internal(_) => true,
             Error::LockHeld { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => false,
         }
     }
 
-    /// True when retrying the same call later may succeed (nodes down or slow). False for
-    /// invalid input.
+    /// True when retrying the same call later may succeed (nodes down or slow, other holders,
+    /// a change that stopped part-way). False for invalid input, an exhausted sequence, a lost
+    /// lease (the work was cancelled: acquire again instead) and internal failures.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Error::NoQuorum(_)
-                | Error::Contended { .. }
-                | Error::LockHeld { .. }
-                | Error::Timeout { .. }
-        )
+            | Error::Contended { .. }
+            | Error::LockHeld { .. }
+            | Error::Timeout { .. }
+            | Error::Unfinished { .. } => true,
+            Error::Config(_)
+            | Error::Name(_)
+            | Error::InvalidArgument(_)
+            | Error::LeaseLost { .. }
+            | Error::Exhausted { .. }
+            | Error::Internal(_) => false,
+        }
     }
 }
 

@@ -76,6 +76,9 @@ pub enum FencedWrite {
 /// # Errors
 /// The driver's error if the resource cannot be reached (the write may or may not have
 /// happened in that case, as with any Redis write whose reply is lost).
+///
+/// # Cancel safety
+/// A dropped call may or may not have written (one atomic script: all or nothing).
 pub async fn fenced_set<C>(
     conn: &mut C,
     key: &str,

@@ -45,10 +45,9 @@ use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::client::{Client, NodeConn};
+use crate::client::{script_call, Client, Guard, Request, Step};
 use crate::error::{Error, NoQuorum};
 use crate::keys::{fixed_key, KeyKind, Name};
-use crate::quorum::fanout::Wait;
 use crate::quorum::{bounded_learn, NodeOutcome, Tally};
 use crate::scripts::{ID_PROPOSE, VALUE_LIMIT};
 
@@ -201,9 +200,14 @@ impl IdGenerator {
         Ok(*self.next_ids(1).await?.start())
     }
 
-    /// `count` consecutive new IDs (1 ..= [`MAX_IDS_PER_CALL`]). Same guarantees, errors and
-    /// cancel safety as [`next_id`](Self::next_id); [`Error::InvalidArgument`] for a count out
-    /// of range.
+    /// `count` consecutive new IDs (1 ..= [`MAX_IDS_PER_CALL`]). Same guarantees as
+    /// [`next_id`](Self::next_id).
+    ///
+    /// # Errors
+    /// As [`next_id`](Self::next_id); [`Error::InvalidArgument`] for a count out of range.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a cancelled call returns nothing and its IDs become a gap.
     pub async fn next_ids(&self, count: u64) -> Result<RangeInclusive<u64>, Error> {
         if count == 0 || count > MAX_IDS_PER_CALL {
             return Err(Error::InvalidArgument(format!(
@@ -222,7 +226,7 @@ impl IdGenerator {
             self.inner.wakeup.notify_one();
         }
         rx.await.unwrap_or_else(|_| {
-            Err(Error::InvalidArgument(
+            Err(Error::Internal(
                 "the ID round was dropped (runtime shutting down)".into(),
             ))
         })
@@ -411,28 +415,8 @@ impl Generator {
     }
 
     async fn propose(&self, base: u64, last: u64) -> Tally<Reply> {
-        let key: Arc<str> = self.key.as_str().into();
-        let marker_key: Arc<str> = self.marker_key.as_str().into();
-        self.client
-            .fan_out("id.next", Wait::Decided, move |mut nc: NodeConn| {
-                let (key, marker_key) = (key.clone(), marker_key.clone());
-                async move {
-                    let (status, value): (i64, u64) = ID_PROPOSE
-                        .key(&*key)
-                        .key(&*marker_key)
-                        .arg(base)
-                        .arg(last)
-                        .arg(&*nc.marker)
-                        .invoke_async(&mut nc.conn)
-                        .await?;
-                    Ok(match status {
-                        1 => NodeOutcome::Applied(Reply::Accepted { previous: value }),
-                        0 => NodeOutcome::Rejected(Reply::Behind { current: value }),
-                        _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
-                    })
-                }
-            })
-            .await
+        let step = propose_step(&self.key, &self.marker_key, base, last);
+        self.client.send(Request::vote("id.next"), step).await
     }
 
     /// Update the guess for the next base from a round's replies. Returns whether it rose.
@@ -493,4 +477,26 @@ fn raise_high_water(key: &str, value: u64, enabled: bool) {
     let mut marks = high_waters().lock().unwrap_or_else(|p| p.into_inner());
     let e = marks.entry(key.to_string()).or_insert(0);
     *e = (*e).max(value);
+}
+
+/// `id_propose.lua`: set-if-less-than for the block `base..=last`, marker-guarded.
+fn propose_step(key: &str, marker_key: &str, base: u64, last: u64) -> Step<Reply> {
+    script_call(&ID_PROPOSE, Guard::Marker)
+        .key(key)
+        .key(marker_key)
+        .arg(base)
+        .arg(last)
+        .marker()
+        .decode(|_, v| decode_proposal(v))
+}
+
+/// A node's answer to a proposal: `{1, previous}` accepted, `{0, current}` behind,
+/// `{-1, current}` refused (marker).
+fn decode_proposal(v: redis::Value) -> redis::RedisResult<NodeOutcome<Reply>> {
+    let (status, value): (i64, u64) = redis::from_redis_value(v)?;
+    Ok(match status {
+        1 => NodeOutcome::Applied(Reply::Accepted { previous: value }),
+        0 => NodeOutcome::Rejected(Reply::Behind { current: value }),
+        _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
+    })
 }

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::client::NodeConn;
+use crate::client::{decode, script_call, Client, Guard, Request, Step};
 use crate::error::Error;
 use crate::fencing::FencingToken;
-use crate::keys::{fixed_key, KeyKind};
 use crate::lock::Lock;
-use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
 use crate::scripts::{PRUNE, RECORD};
 
@@ -18,34 +16,44 @@ pub(crate) async fn completed(
     done_key: &str,
     period: &str,
 ) -> Result<Option<FencingToken>, Error> {
-    let (key, field): (Arc<str>, Arc<str>) = (done_key.into(), period.into());
+    let read = Step::read(vec![hget(done_key, period)], |_, v| {
+        decode::value::<Option<u64>>(v)
+    });
     let tally = lock
         .client()
-        .fan_out("job.completed", Wait::All, move |mut nc: NodeConn| {
-            let (key, field) = (key.clone(), field.clone());
-            async move {
-                let (marker, token): (Option<String>, Option<u64>) = nc
-                    .checked_pipe()
-                    .cmd("HGET")
-                    .arg(&*key)
-                    .arg(&*field)
-                    .query_async(&mut nc.conn)
-                    .await?;
-                if !nc.marker_holds(marker.as_deref()) {
-                    return Ok(nc.stale());
-                }
-                Ok(NodeOutcome::Applied(token))
-            }
-        })
-        .await;
-    let tally = lock
-        .client()
-        .require_majority("job.completed", tally, |_| String::new())?;
+        .decide(Request::vote("job.completed").wait_all(), read)
+        .await?;
     Ok(tally
         .replies()
         .filter_map(|(_, t)| *t)
         .max()
         .map(FencingToken::new))
+}
+
+fn hget(key: &str, field: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HGET");
+    cmd.arg(key).arg(field);
+    cmd
+}
+
+/// Raise `field` of the hash `key` to `value` (a completion record, an acknowledgement with
+/// its companion field), marker-guarded: `record.lua`.
+pub(crate) fn record_step(
+    key: &str,
+    field: &str,
+    value: u64,
+    companion: Option<(&str, &str)>,
+) -> Step<()> {
+    let mut call = script_call(&RECORD, Guard::Marker)
+        .key(key)
+        .marker_key()
+        .arg(field)
+        .arg(value)
+        .marker();
+    if let Some((f, v)) = companion {
+        call = call.arg(f).arg(v);
+    }
+    call.decode(|_, v| Ok(decode::status_pair(v)?.map(|_| ())))
 }
 
 /// Record `period` as done with `token` on a majority.
@@ -56,30 +64,10 @@ pub(crate) async fn record(
     token: FencingToken,
     retained: u64,
 ) -> Result<(), Error> {
-    let (key, field): (Arc<str>, Arc<str>) = (done_key.into(), period.into());
-    let tally = lock
-        .client()
-        .fan_out("job.record", Wait::Decided, move |mut nc: NodeConn| {
-            let (key, field) = (key.clone(), field.clone());
-            async move {
-                let (status, _): (i64, u64) = RECORD
-                    .key(&*key)
-                    .key(fixed_key(KeyKind::Marker))
-                    .arg(&*field)
-                    .arg(token.get())
-                    .arg(&*nc.marker)
-                    .invoke_async(&mut nc.conn)
-                    .await?;
-                Ok(if status == 1 {
-                    NodeOutcome::Applied(())
-                } else {
-                    NodeOutcome::Rejected(())
-                })
-            }
-        })
-        .await;
+    let step = record_step(done_key, period, token.get(), None);
     lock.client()
-        .require_majority("job.record", tally, |_| String::new())?;
+        .decide(Request::vote("job.record"), step)
+        .await?;
     // Keep the newest records only (a job that runs every minute would otherwise add a field
     // forever). A period older than the retained ones could run again if asked for explicitly.
     tokio::spawn(prune(
@@ -96,25 +84,22 @@ pub(crate) const RETAINED_RECORDS: u64 = 1024;
 
 /// Drop the fields of a hash of integers below `threshold`, then the lowest while more than
 /// `keep` remain (0: no limit), on every voting node (best effort: garbage collection).
-pub(crate) async fn prune(client: crate::Client, key: Arc<str>, threshold: u64, keep: u64) {
+pub(crate) async fn prune(client: Client, key: Arc<str>, threshold: u64, keep: u64) {
+    let step = script_call(&PRUNE, Guard::Marker)
+        .key(&*key)
+        .marker_key()
+        .arg(threshold)
+        .arg(keep)
+        .marker()
+        .decode(|_, v| {
+            let deleted: i64 = redis::from_redis_value(v)?;
+            Ok(if deleted >= 0 {
+                NodeOutcome::Applied(())
+            } else {
+                NodeOutcome::Rejected(())
+            })
+        });
     let _ = client
-        .fan_out("gc.prune", Wait::All, move |mut nc: NodeConn| {
-            let key = key.clone();
-            async move {
-                let deleted: i64 = PRUNE
-                    .key(&*key)
-                    .key(fixed_key(KeyKind::Marker))
-                    .arg(threshold)
-                    .arg(keep)
-                    .arg(&*nc.marker)
-                    .invoke_async(&mut nc.conn)
-                    .await?;
-                Ok(if deleted >= 0 {
-                    NodeOutcome::Applied(())
-                } else {
-                    NodeOutcome::Rejected(())
-                })
-            }
-        })
+        .send(Request::vote("gc.prune").wait_all(), step)
         .await;
 }

@@ -62,13 +62,12 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Client, NodeConn};
+use crate::client::{decode, script_call, Client, Guard, Request, Step, Steps, Targets};
 use crate::clock::{self, Stamp};
 use crate::error::{Error, NoQuorum};
 use crate::fencing::FencingToken;
 use crate::keys::{fixed_key, KeyKind, Name};
 use crate::lease::{self, Ask, ExtendVerdict, KeyState, Plan, Seen, Watch};
-use crate::quorum::fanout::Wait;
 use crate::quorum::{bounded_learn, NodeOutcome, Tally, UnknownCause};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, VALUE_LIMIT};
 
@@ -324,7 +323,7 @@ impl Lock {
             }
         });
         rx.await.unwrap_or_else(|_| {
-            Err(Error::InvalidArgument(
+            Err(Error::Internal(
                 "acquisition task dropped (runtime shutting down)".into(),
             ))
         })
@@ -381,6 +380,11 @@ impl Lock {
     /// # Errors
     /// Acquisition errors as in [`acquire`](Self::acquire); [`Error::LeaseLost`] if the lease
     /// was lost before `work` finished (the work was cancelled).
+    ///
+    /// # Cancel safety
+    /// Dropping the call drops `work` wherever it is and releases the lease in the
+    /// background; the work's own side effects are the caller's to reason about (use the
+    /// fencing token).
     pub async fn run<F, Fut, T>(&self, wait: Duration, work: F) -> Result<T, Error>
     where
         F: FnOnce(FencingToken, CancellationToken) -> Fut,
@@ -521,88 +525,30 @@ impl Lock {
     /// key, or only read), decided as soon as a majority granted or cannot.
     async fn send_round(&self, value: &Arc<str>, token: u64, asks: Vec<Ask>) -> Tally<Grant> {
         let inner = &self.inner;
-        let keys: Arc<[String; 4]> = Arc::new([
-            inner.key.clone(),
-            inner.fence_key.clone(),
-            inner.marker_key.clone(),
-            fixed_key(KeyKind::FenceFloor),
-        ]);
-        let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
+        let acquire = AcquireStep {
+            keys: self.lease_keys(),
+            value: value.clone(),
+            ttl_ms: inner.ttl.as_millis() as u64,
+            token,
+            expiry: inner.server_clock,
+        };
         let asks: Arc<[Ask]> = asks.into();
-        let expiry = if inner.server_clock { "x" } else { "" };
-        inner
-            .client
-            .fan_out_within(
-                "lock.acquire",
-                Wait::Decided,
-                inner.node_deadline,
-                move |mut nc: NodeConn| {
-                    let (keys, value, asks) = (keys.clone(), value.clone(), asks.clone());
-                    async move {
-                        let ask = asks.get(nc.node).cloned().unwrap_or(Ask::Read);
-                        let (mode, marker, expected_value, expected_version) = match &ask {
-                            Ask::Read => ("read", nc.marker.clone(), Arc::<str>::from(""), 0),
-                            Ask::Swap(Seen {
-                                state: KeyState::Absent,
-                                ..
-                            }) => ("absent", nc.marker.clone(), "".into(), 0),
-                            Ask::Swap(Seen {
-                                run_id,
-                                state: KeyState::Held { value, version, .. },
-                            }) => ("swap", run_id.clone(), value.clone(), *version),
-                        };
-                        let (status, fence, cur_value, cur_version, cur_ttl): (
-                            i64,
-                            u64,
-                            String,
-                            u64,
-                            u64,
-                        ) = LOCK_ACQUIRE
-                            .key(&keys[0])
-                            .key(&keys[1])
-                            .key(&keys[2])
-                            .key(&keys[3])
-                            .arg(&*value)
-                            .arg(ttl_ms)
-                            .arg(token)
-                            .arg(&*marker)
-                            .arg(mode)
-                            .arg(&*expected_value)
-                            .arg(expected_version)
-                            .arg(expiry)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        let state = if cur_value.is_empty() {
-                            KeyState::Absent
-                        } else {
-                            KeyState::Held {
-                                value: cur_value.into(),
-                                version: cur_version,
-                                ttl: Duration::from_millis(cur_ttl),
-                            }
-                        };
-                        let grant = Grant {
-                            status: match status {
-                                1 => GrantStatus::Granted,
-                                0 => GrantStatus::NotAsExpected,
-                                -2 => GrantStatus::TokenLow,
-                                _ => GrantStatus::Refused,
-                            },
-                            fence,
-                            seen: Seen {
-                                run_id: nc.marker.clone(),
-                                state,
-                            },
-                        };
-                        Ok(if status == 1 {
-                            NodeOutcome::Applied(grant)
-                        } else {
-                            NodeOutcome::Rejected(grant)
-                        })
-                    }
-                },
-            )
-            .await
+        let steps = Steps::per_node(move |ctx| {
+            let ask = asks.get(ctx.node).cloned().unwrap_or(Ask::Read);
+            Some(acquire.step(&ask))
+        });
+        let request = Request::vote("lock.acquire").within(inner.node_deadline);
+        inner.client.send(request, steps).await
+    }
+
+    /// The lease's keys on a node: the lock, its fence, the marker, the fence floor.
+    fn lease_keys(&self) -> [String; 4] {
+        [
+            self.inner.key.clone(),
+            self.inner.fence_key.clone(),
+            self.inner.marker_key.clone(),
+            fixed_key(KeyKind::FenceFloor),
+        ]
     }
 
     /// Compare-and-delete on every node (also nodes that did not answer: they may have
@@ -611,38 +557,20 @@ impl Lock {
     /// TTL anyway), so one frozen node does not slow a release down.
     async fn release_value(&self, value: &Arc<str>) -> usize {
         let inner = &self.inner;
-        let (key, fence, channel, value) = (
-            Arc::<str>::from(inner.key.as_str()),
-            Arc::<str>::from(inner.fence_key.as_str()),
-            Arc::<str>::from(inner.channel.as_str()),
-            value.clone(),
-        );
+        // No marker check: deleting one's own copy is safe on any node, verified or not.
+        let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
+            .key(&inner.key)
+            .key(&inner.fence_key)
+            .key(fixed_key(KeyKind::FenceFloor))
+            .arg(&**value)
+            .arg(&inner.channel)
+            .decode(|_, v| decode::one_applied(v));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let client = inner.client.clone();
-        let deadline = inner.node_deadline;
-        tokio::spawn(async move {
-            client
-                .fan_out_all_reporting("lock.release", deadline, tx, move |mut nc: NodeConn| {
-                    let (key, fence, channel, value) =
-                        (key.clone(), fence.clone(), channel.clone(), value.clone());
-                    async move {
-                        let deleted: i64 = LOCK_RELEASE
-                            .key(&*key)
-                            .key(&*fence)
-                            .key(fixed_key(KeyKind::FenceFloor))
-                            .arg(&*value)
-                            .arg(&*channel)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if deleted == 1 {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
-                        })
-                    }
-                })
-                .await
-        });
+        let request = Request::any_node("lock.release", Targets::All)
+            .within(inner.node_deadline)
+            .reporting(tx);
+        tokio::spawn(async move { client.send(request, step).await });
         rx.await.unwrap_or(0)
     }
 
@@ -657,48 +585,22 @@ impl Lock {
         valid_until: Instant,
     ) -> Result<Stamp, (bool, String)> {
         let inner = &self.inner;
-        let keys: Arc<[String; 4]> = Arc::new([
-            inner.key.clone(),
-            inner.fence_key.clone(),
-            inner.marker_key.clone(),
-            fixed_key(KeyKind::FenceFloor),
-        ]);
-        let (value, ttl_ms) = (value.clone(), inner.ttl.as_millis() as u64);
-        let expiry = if inner.server_clock { "x" } else { "" };
+        let [key, fence, marker, floor] = self.lease_keys();
+        let step = script_call(&LOCK_EXTEND, Guard::Marker)
+            .key(key)
+            .key(fence)
+            .key(marker)
+            .key(floor)
+            .arg(&**value)
+            .arg(version)
+            .arg(inner.ttl.as_millis() as u64)
+            .arg(token.get())
+            .marker()
+            .arg(if inner.server_clock { "x" } else { "" })
+            .decode(|_, v| decode_extension(v));
         let start = Stamp::now();
-        let tally = inner
-            .client
-            .fan_out_within(
-                "lock.extend",
-                Wait::Decided,
-                inner.node_deadline,
-                move |mut nc: NodeConn| {
-                    let (keys, value) = (keys.clone(), value.clone());
-                    async move {
-                        let status: i64 = LOCK_EXTEND
-                            .key(&keys[0])
-                            .key(&keys[1])
-                            .key(&keys[2])
-                            .key(&keys[3])
-                            .arg(&*value)
-                            .arg(version)
-                            .arg(ttl_ms)
-                            .arg(token.get())
-                            .arg(&*nc.marker)
-                            .arg(expiry)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(match status {
-                            1 | 2 => NodeOutcome::Applied(status == 2),
-                            -1 => NodeOutcome::Unknown(UnknownCause::Excluded(
-                                "marker missing or stale".into(),
-                            )),
-                            _ => NodeOutcome::Rejected(false),
-                        })
-                    }
-                },
-            )
-            .await;
+        let request = Request::vote("lock.extend").within(inner.node_deadline);
+        let tally = inner.client.send(request, step).await;
         let recreated = tally.replies().filter(|(_, r)| **r).count();
         if recreated > 0 {
             tracing::debug!(lock = %inner.name, recreated, "extension re-created missing copies");
@@ -752,38 +654,21 @@ impl Lock {
     /// # Cancel safety
     /// Cancel-safe (read-only).
     pub async fn holder(&self) -> Result<Option<Holder>, Error> {
-        let key: Arc<str> = self.inner.key.as_str().into();
-        let tally = self
-            .inner
-            .client
-            .fan_out_within(
-                "lock.holder",
-                Wait::All,
-                self.inner.node_deadline,
-                move |mut nc: NodeConn| {
-                    let key = key.clone();
-                    async move {
-                        let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
-                            redis::cmd("HMGET")
-                                .arg(&*key)
-                                .arg("v")
-                                .arg("n")
-                                .arg("t")
-                                .query_async(&mut nc.conn)
-                                .await?;
-                        Ok(NodeOutcome::Applied((
-                            value,
-                            version.unwrap_or(0),
-                            ttl.unwrap_or(0),
-                        )))
-                    }
-                },
-            )
-            .await;
-        let tally = self
-            .inner
-            .client
-            .require_majority("lock.holder", tally, |_| String::new())?;
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&self.inner.key).arg("v").arg("n").arg("t");
+        let read = Step::read(vec![hmget], |_, v| {
+            let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
+                redis::from_redis_value(v)?;
+            Ok(NodeOutcome::Applied((
+                value,
+                version.unwrap_or(0),
+                ttl.unwrap_or(0),
+            )))
+        });
+        let request = Request::vote("lock.holder")
+            .wait_all()
+            .within(self.inner.node_deadline);
+        let tally = self.inner.client.decide(request, read).await?;
         let needed = tally.majority().needed();
         let mut counts: std::collections::HashMap<&str, (usize, u64, u64)> =
             std::collections::HashMap::new();
@@ -1001,6 +886,10 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the extension failed; the lease is then reported lost.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a dropped extension may have reached some nodes, which only lengthens
+    /// the copies there; the validity this guard reports is unchanged by it.
     pub async fn extend(&self) -> Result<(), Error> {
         extend_once(&self.shared)
             .await
@@ -1029,7 +918,7 @@ impl LockGuard {
 
     /// TEST ONLY: stop extending without signalling, as if this process were paused, so a test
     /// can show what fencing protects against. The loss signal still fires at `valid_until`.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn suspend_extension_for_tests(&self) {
         self.shared
             .suspended_for_tests
@@ -1205,4 +1094,87 @@ fn random_hex128() -> String {
         bytes = rand::random();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One acquisition round's node step, built once per round; [`step`](Self::step) gives each
+/// node its ask.
+struct AcquireStep {
+    keys: [String; 4],
+    value: Arc<str>,
+    ttl_ms: u64,
+    token: u64,
+    /// The test-only server-side expiry.
+    expiry: bool,
+}
+
+impl AcquireStep {
+    /// `lock_acquire.lua` for one node: grant if free, swap the watched state (compared with
+    /// the incarnation it was watched on), or only read.
+    fn step(&self, ask: &Ask) -> Step<Grant> {
+        let call = script_call(&LOCK_ACQUIRE, Guard::Marker)
+            .key(&self.keys[0])
+            .key(&self.keys[1])
+            .key(&self.keys[2])
+            .key(&self.keys[3])
+            .arg(&*self.value)
+            .arg(self.ttl_ms)
+            .arg(self.token);
+        let call = match ask {
+            Ask::Read => call.marker().arg("read").arg("").arg(0),
+            Ask::Swap(Seen {
+                state: KeyState::Absent,
+                ..
+            }) => call.marker().arg("absent").arg("").arg(0),
+            Ask::Swap(Seen {
+                run_id,
+                state: KeyState::Held { value, version, .. },
+            }) => call.arg(&**run_id).arg("swap").arg(&**value).arg(*version),
+        };
+        call.arg(if self.expiry { "x" } else { "" })
+            .decode(|ctx, v| decode_grant(&ctx.marker, v))
+    }
+}
+
+/// A node's answer to `lock_acquire.lua`: `{status, fence, value, version, ttl}`.
+fn decode_grant(marker: &Arc<str>, v: redis::Value) -> redis::RedisResult<NodeOutcome<Grant>> {
+    let (status, fence, cur_value, cur_version, cur_ttl): (i64, u64, String, u64, u64) =
+        redis::from_redis_value(v)?;
+    let state = if cur_value.is_empty() {
+        KeyState::Absent
+    } else {
+        KeyState::Held {
+            value: cur_value.into(),
+            version: cur_version,
+            ttl: Duration::from_millis(cur_ttl),
+        }
+    };
+    let grant = Grant {
+        status: match status {
+            1 => GrantStatus::Granted,
+            0 => GrantStatus::NotAsExpected,
+            -2 => GrantStatus::TokenLow,
+            _ => GrantStatus::Refused,
+        },
+        fence,
+        seen: Seen {
+            run_id: marker.clone(),
+            state,
+        },
+    };
+    Ok(if status == 1 {
+        NodeOutcome::Applied(grant)
+    } else {
+        NodeOutcome::Rejected(grant)
+    })
+}
+
+/// A node's answer to `lock_extend.lua`: applied (re-created a missing copy: `true`), marker
+/// stale (unknown), or held by another value.
+fn decode_extension(v: redis::Value) -> redis::RedisResult<NodeOutcome<bool>> {
+    let status: i64 = redis::from_redis_value(v)?;
+    Ok(match status {
+        1 | 2 => NodeOutcome::Applied(status == 2),
+        -1 => NodeOutcome::Unknown(UnknownCause::Excluded("marker missing or stale".into())),
+        _ => NodeOutcome::Rejected(false),
+    })
 }

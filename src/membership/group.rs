@@ -54,17 +54,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::assign::{self, Ownership, View, ViewState, ViewVersion};
-use crate::client::{Client, NodeConn};
+use crate::client::{decode, script_call, Client, Guard, NodeCtx, Request, Step, Steps};
 use crate::clock::Stamp;
 use crate::election::{Election, Leadership};
 use crate::error::Error;
 use crate::fencing::FencingToken;
-use crate::keys::{fixed_key, KeyKind, Name};
+use crate::keys::{KeyKind, Name};
 use crate::lease::{self, BeatGarbage, BeatReading, Beats};
 use crate::lock::Lock;
-use crate::quorum::fanout::Wait;
-use crate::quorum::NodeOutcome;
-use crate::scripts::{MEMBER_BEAT, RECORD};
+use crate::scripts::MEMBER_BEAT;
 
 use super::register::{self, ViewRegister};
 
@@ -152,7 +150,7 @@ impl GroupOptions {
     /// TEST ONLY: the forkable view register (set-if-greater; an equal version counts as held
     /// whatever its content; a version is reused after a seal that reached only some nodes),
     /// so a test can show the fork the compare-and-set prevents. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn with_forkable_views_for_tests(mut self) -> Self {
         self.forkable_views = true;
         self
@@ -160,7 +158,7 @@ impl GroupOptions {
 
     /// TEST ONLY: use this phase offset instead of the random constant skew (to run members
     /// up to a quarter interval out of phase, as client clock skew would put them).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn with_skew_for_tests(mut self, skew: Duration) -> Self {
         self.skew = Some(skew);
         self
@@ -168,7 +166,7 @@ impl GroupOptions {
 
     /// TEST ONLY: record every published assignment with its time (see
     /// [`Member::history_for_tests`]).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn record_history_for_tests(mut self) -> Self {
         self.record_history = true;
         self
@@ -176,7 +174,7 @@ impl GroupOptions {
 
     /// TEST ONLY: activate new views at once, skipping the drain barrier, so a test can show
     /// the double owners the barrier prevents. Never use it in production.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn without_barrier_for_tests(mut self) -> Self {
         self.barrier = false;
         self
@@ -213,7 +211,6 @@ impl Assignment {
     /// Whether this assignment gives task `task_id` to this member (ignoring time): under an
     /// active view, when the view says so; under a prepared one, only when both it and the last
     /// active view say so (tasks whose owner changes are held by nobody until activation).
-    #[doc(hidden)]
     pub fn covers(&self, task_id: u64) -> bool {
         let key = task_id.to_le_bytes();
         let mine = |v: &View| v.owner(&key, task_id, self.ownership) == Some(&*self.member);
@@ -284,6 +281,9 @@ impl Member {
     /// # Errors
     /// [`Error::Name`] for an invalid group or ID; [`Error::InvalidArgument`] for an interval
     /// outside 100 ms ..= 1 h.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is sent before it returns (the member's tasks start then).
     pub async fn join(
         client: &Client,
         group: &str,
@@ -383,7 +383,7 @@ impl Member {
     /// TEST ONLY: every published assignment with the instant it was published (needs
     /// [`GroupOptions::record_history_for_tests`]). Ownership under entry `i` lasts from its
     /// instant until the next entry's instant or its `valid_until`, whichever comes first.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn history_for_tests(&self) -> Vec<(Instant, Option<Assignment>)> {
         self.shared
             .history
@@ -405,7 +405,7 @@ impl Member {
 
     /// TEST ONLY: how many times this member, while leading, saw two live processes with one
     /// member ID.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn duplicates_seen_for_tests(&self) -> usize {
         self.shared
             .duplicates
@@ -414,6 +414,10 @@ impl Member {
 
     /// Leave gracefully: stop owning, drop the membership lease on every node, step down as
     /// leader.
+    ///
+    /// # Cancel safety
+    /// Ownership ends before anything is sent; a dropped call leaves the membership lease on
+    /// the nodes, and the leader judges the member gone after the lease time.
     pub async fn leave(mut self) {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
@@ -423,7 +427,7 @@ impl Member {
 
     /// TEST ONLY: freeze this member for `d` (no beats, no reads, nothing published), as if
     /// its process were stopped; it resumes on its own.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn freeze_for_tests(&self, d: Duration) {
         *self
             .shared
@@ -433,7 +437,10 @@ impl Member {
     }
 
     /// TEST ONLY: [`leave`](Self::leave), then return the complete history.
-    #[doc(hidden)]
+    ///
+    /// # Cancel safety
+    /// As [`leave`](Self::leave).
+    #[cfg(feature = "test-util")]
     pub async fn leave_with_history_for_tests(self) -> Vec<(Instant, Option<Assignment>)> {
         let shared = self.shared.clone();
         self.leave().await;
@@ -447,7 +454,7 @@ impl Member {
 
     /// TEST ONLY: stop heartbeating and reading, as if the process froze or crashed, without
     /// leaving. The member's lease then expires.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn crash_for_tests(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
@@ -730,34 +737,23 @@ fn leader_term(shared: &Shared) -> Option<u64> {
 
 /// Refresh (or drop) this member's beat on every voting node; true with a majority.
 async fn beat(shared: &Shared, seq: u64, leave: bool) -> bool {
-    let (key, member) = (shared.members_key.clone(), shared.key.clone());
-    let tally = shared
-        .client
-        .fan_out(
-            "group.beat",
-            if leave { Wait::All } else { Wait::Decided },
-            move |mut nc: NodeConn| {
-                let (key, member) = (key.clone(), member.clone());
-                async move {
-                    let status: i64 = MEMBER_BEAT
-                        .key(&*key)
-                        .key(fixed_key(KeyKind::Marker))
-                        .arg(&*member)
-                        .arg(seq)
-                        .arg(if leave { "1" } else { "0" })
-                        .arg(&*nc.marker)
-                        .invoke_async(&mut nc.conn)
-                        .await?;
-                    Ok(if status == 1 {
-                        NodeOutcome::Applied(())
-                    } else {
-                        NodeOutcome::Rejected(())
-                    })
-                }
-            },
-        )
-        .await;
-    tally.reached()
+    let mode = if leave { "1" } else { "0" };
+    let step = beat_step(&shared.members_key, &shared.key, &seq.to_string(), mode);
+    let request = Request::vote("group.beat").wait_all_if(leave);
+    shared.client.send(request, step).await.reached()
+}
+
+/// `member_beat.lua` for `member` in the hash `key`: a beat (`mode` "0"), a leave ("1"), or
+/// garbage collection of the entry where it still holds `value` ("gc").
+fn beat_step(key: &str, member: &str, value: &str, mode: &str) -> Step<()> {
+    script_call(&MEMBER_BEAT, Guard::Marker)
+        .key(key)
+        .marker_key()
+        .arg(member)
+        .arg(value)
+        .arg(mode)
+        .marker()
+        .decode(|_, v| decode::one_applied(v))
 }
 
 /// The beat value a member writes when it leaves gracefully.
@@ -765,38 +761,30 @@ const LEFT: &str = "left";
 
 /// Remove gone members' beat entries where they still hold the value the leader watched.
 async fn collect_garbage(client: Client, key: Arc<str>, garbage: BeatGarbage) {
-    let garbage = Arc::new(garbage);
-    let _ = client
-        .fan_out("group.members.gc", Wait::All, move |mut nc: NodeConn| {
-            let (key, garbage) = (key.clone(), garbage.clone());
-            async move {
-                for (member, values) in garbage.iter() {
-                    if let Some((_, v)) = values.iter().find(|(n, _)| *n == nc.node) {
-                        let _: i64 = MEMBER_BEAT
-                            .key(&*key)
-                            .key(fixed_key(KeyKind::Marker))
-                            .arg(member)
-                            .arg(&**v)
-                            .arg("gc")
-                            .arg(&*nc.marker)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                    }
-                }
-                Ok(NodeOutcome::Applied(()))
-            }
-        })
-        .await;
+    let sends = garbage.into_iter().map(|(member, values)| {
+        let key = key.clone();
+        let steps = Steps::per_node(move |ctx| {
+            let (_, v) = values.iter().find(|(n, _)| *n == ctx.node)?;
+            Some(beat_step(&key, &member, v, "gc"))
+        });
+        let client = client.clone();
+        async move {
+            client
+                .send(Request::vote("group.members.gc").wait_all(), steps)
+                .await
+        }
+    });
+    futures::future::join_all(sends).await;
 }
 
-/// One node's beats as read through `nc` (its index and incarnation with them).
+/// One node's beats as read on the node `ctx` names (its index and incarnation with them).
 pub(crate) fn beat_reading(
-    nc: &NodeConn,
+    ctx: &NodeCtx,
     beats: std::collections::BTreeMap<String, String>,
 ) -> BeatReading {
     (
-        nc.node,
-        nc.marker.clone(),
+        ctx.node,
+        ctx.marker.clone(),
         beats
             .into_iter()
             .map(|(k, v)| (k, Arc::<str>::from(v)))
@@ -804,39 +792,21 @@ pub(crate) fn beat_reading(
     )
 }
 
-/// A whole hash, read behind the node's marker: None when the marker changed (the node lost
-/// its data or is another server), so the answer must not count.
-async fn read_hash<M: redis::FromRedisValue>(
-    nc: &mut NodeConn,
-    key: &str,
-) -> redis::RedisResult<Option<M>> {
-    let (marker, hash): (Option<String>, M) = nc
-        .checked_pipe()
-        .cmd("HGETALL")
-        .arg(key)
-        .query_async(&mut nc.conn)
-        .await?;
-    Ok(nc.marker_holds(marker.as_deref()).then_some(hash))
+fn hgetall(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HGETALL");
+    cmd.arg(key);
+    cmd
 }
 
 /// The beats a majority holds (the first majority to answer).
 async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
-    let key = shared.members_key.clone();
+    let read = Step::read(vec![hgetall(&shared.members_key)], |ctx, v| {
+        Ok(decode::value(v)?.map(|beats| beat_reading(ctx, beats)))
+    });
     let tally = shared
         .client
-        .fan_out("group.members", Wait::Decided, move |mut nc: NodeConn| {
-            let key = key.clone();
-            async move {
-                Ok(match read_hash(&mut nc, &key).await? {
-                    Some(beats) => NodeOutcome::Applied(beat_reading(&nc, beats)),
-                    None => nc.stale(),
-                })
-            }
-        })
-        .await;
-    let tally = shared
-        .client
-        .require_majority("group.members", tally, |_| String::new())?;
+        .decide(Request::vote("group.members"), read)
+        .await?;
     Ok(tally.replies().map(|(_, r)| r.clone()).collect())
 }
 
@@ -869,24 +839,15 @@ pub(crate) fn acked_members(
 
 /// Members that acknowledged the prepared `view` on any node of a majority.
 async fn acknowledged(shared: &Shared, view: &View) -> Result<BTreeSet<String>, Error> {
-    let key = shared.ack_key.clone();
     let token = view.version.token().map(|t| t.get()).unwrap_or(u64::MAX);
     let digest = view.content_digest();
+    let read = Step::read(vec![hgetall(&shared.ack_key)], |_, v| {
+        decode::value::<std::collections::HashMap<String, String>>(v)
+    });
     let tally = shared
         .client
-        .fan_out("group.acks", Wait::Decided, move |mut nc: NodeConn| {
-            let key = key.clone();
-            async move {
-                Ok(match read_hash(&mut nc, &key).await? {
-                    Some(acks) => NodeOutcome::Applied(acks),
-                    None => nc.stale(),
-                })
-            }
-        })
-        .await;
-    let tally = shared
-        .client
-        .require_majority("group.acks", tally, |_| String::new())?;
+        .decide(Request::vote("group.acks"), read)
+        .await?;
     Ok(tally
         .replies()
         .flat_map(|(_, acks)| acked_members(acks, token, &digest))
@@ -897,36 +858,22 @@ async fn ack(shared: &Shared, version: ViewVersion, digest: Arc<str>) -> bool {
     let Some(token) = version.token() else {
         return false;
     };
-    let (key, id) = (shared.ack_key.clone(), shared.key.clone());
-    let (digest_field, digest_value): (Arc<str>, Arc<str>) = (
-        format!("{id}{ACK_DIGEST}").into(),
-        format!("{}:{digest}", token.get()).into(),
+    let id = &shared.key;
+    let companion = (
+        format!("{id}{ACK_DIGEST}"),
+        format!("{}:{digest}", token.get()),
     );
-    let tally = shared
+    let step = crate::jobs::record_step(
+        &shared.ack_key,
+        id,
+        token.get(),
+        Some((&companion.0, &companion.1)),
+    );
+    shared
         .client
-        .fan_out("group.ack", Wait::Decided, move |mut nc: NodeConn| {
-            let (key, id) = (key.clone(), id.clone());
-            let (digest_field, digest_value) = (digest_field.clone(), digest_value.clone());
-            async move {
-                let (status, _): (i64, u64) = RECORD
-                    .key(&*key)
-                    .key(fixed_key(KeyKind::Marker))
-                    .arg(&*id)
-                    .arg(token.get())
-                    .arg(&*nc.marker)
-                    .arg(&*digest_field)
-                    .arg(&*digest_value)
-                    .invoke_async(&mut nc.conn)
-                    .await?;
-                Ok(if status == 1 {
-                    NodeOutcome::Applied(())
-                } else {
-                    NodeOutcome::Rejected(())
-                })
-            }
-        })
-        .await;
-    tally.reached()
+        .send(Request::vote("group.ack"), step)
+        .await
+        .reached()
 }
 
 /// Read the view from a majority, take the highest version and write it back to a majority

@@ -13,5 +13,5 @@ mod register;
 
 pub use assign::{Ownership, View, ViewState, ViewVersion};
 pub use group::{Assignment, Drain, DrainHook, GroupOptions, Member};
-#[doc(hidden)]
+#[cfg(feature = "test-util")]
 pub use register::{ReadingForTests, ViewRegisterForTests};

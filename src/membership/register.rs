@@ -27,11 +27,9 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use super::assign::{View, ViewVersion};
-use crate::client::{Client, NodeConn};
+use crate::client::{decode as client_decode, script_call, Client, Guard, Request, Step};
 use crate::error::{Error, NoQuorum};
-use crate::keys::{fixed_key, KeyKind};
 use crate::lease::BeatReading;
-use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
 use crate::scripts::VIEW_WRITE;
 
@@ -140,44 +138,26 @@ impl ViewRegister {
 
     /// Read the register (and the beats) from a majority.
     pub(crate) async fn read(&self) -> Result<Reading, Error> {
-        let (key, members_key) = (self.key.clone(), self.members_key.clone());
+        // The beats ride along in the same round trip: every member keeps a warm watch of
+        // them, so a new leader can judge a crashed member without waiting a whole lease time
+        // first.
+        let mut view = redis::cmd("HMGET");
+        view.arg(&*self.key).arg("token").arg("view").arg("hash");
+        let mut beats = redis::cmd("HGETALL");
+        beats.arg(&*self.members_key);
+        let read = Step::read(vec![view, beats], |ctx, v| {
+            let ((token, json, hash), beats): (RawView, BTreeMap<String, String>) =
+                redis::from_redis_value(v)?;
+            Ok(NodeOutcome::Applied((
+                decode(token, json, hash),
+                super::group::beat_reading(ctx, beats),
+            )))
+        });
         let tally = self
             .client
-            .fan_out("group.view.read", Wait::Decided, move |mut nc: NodeConn| {
-                let (key, members_key) = (key.clone(), members_key.clone());
-                async move {
-                    // The beats ride along in the same round trip: every member keeps a warm
-                    // watch of them, so a new leader can judge a crashed member without
-                    // waiting a whole lease time first.
-                    let (marker, (token, json, hash), beats): (
-                        Option<String>,
-                        RawView,
-                        BTreeMap<String, String>,
-                    ) = nc
-                        .checked_pipe()
-                        .cmd("HMGET")
-                        .arg(&*key)
-                        .arg("token")
-                        .arg("view")
-                        .arg("hash")
-                        .cmd("HGETALL")
-                        .arg(&*members_key)
-                        .query_async(&mut nc.conn)
-                        .await?;
-                    if !nc.marker_holds(marker.as_deref()) {
-                        return Ok(nc.stale());
-                    }
-                    Ok(NodeOutcome::Applied((
-                        decode(token, json, hash),
-                        super::group::beat_reading(&nc, beats),
-                    )))
-                }
-            })
-            .await;
+            .decide(Request::vote("group.view.read"), read)
+            .await?;
         let at = Instant::now();
-        let tally = self
-            .client
-            .require_majority("group.view.read", tally, |_| String::new())?;
         let (views, beats) = tally
             .replies()
             .map(|(_, (v, b))| (v.clone(), b.clone()))
@@ -189,7 +169,7 @@ impl ViewRegister {
     /// at least this view). `View::empty()` when the group has none yet.
     pub(crate) async fn adopt(&self, reading: &Reading) -> Result<View, Error> {
         let answers: Vec<&StoredView> = reading.views.iter().collect();
-        match pick(&answers).map_err(|e| Error::InvalidArgument(format!("view register: {e}")))? {
+        match pick(&answers).map_err(|e| Error::Internal(format!("view register: {e}")))? {
             None => Ok(View::empty()),
             Some(view) => {
                 self.write(&view).await?;
@@ -220,7 +200,7 @@ impl ViewRegister {
     /// holds it.
     pub(crate) async fn write(&self, view: &View) -> Result<(), Error> {
         let token = view.version.token().ok_or_else(|| {
-            Error::InvalidArgument(format!("view version {:?} out of range", view.version))
+            Error::Internal(format!("view version {:?} out of range", view.version))
         })?;
         let base: Arc<str> = if self.forkable {
             "-".into()
@@ -232,43 +212,20 @@ impl ViewRegister {
                 .into()
         };
         let json = serde_json::to_string(view)
-            .map_err(|e| Error::InvalidArgument(format!("view cannot be encoded: {e}")))?;
-        let hash: Arc<str> = View::digest(&json).into();
-        let json: Arc<str> = json.into();
-        let (key, marker_key): (Arc<str>, Arc<str>) =
-            (self.key.clone(), fixed_key(KeyKind::Marker).into());
+            .map_err(|e| Error::Internal(format!("view cannot be encoded: {e}")))?;
+        let hash = View::digest(&json);
+        let step = script_call(&VIEW_WRITE, Guard::Marker)
+            .key(&*self.key)
+            .marker_key()
+            .arg(token.get())
+            .arg(json)
+            .arg(hash)
+            .arg(&*base)
+            .marker()
+            .decode(|_, v| client_decode::status_pair(v));
         let tally = self
             .client
-            .fan_out(
-                "group.view.write",
-                Wait::Decided,
-                move |mut nc: NodeConn| {
-                    let (key, marker_key, json, hash, base) = (
-                        key.clone(),
-                        marker_key.clone(),
-                        json.clone(),
-                        hash.clone(),
-                        base.clone(),
-                    );
-                    async move {
-                        let (status, current): (i64, u64) = VIEW_WRITE
-                            .key(&*key)
-                            .key(&*marker_key)
-                            .arg(token.get())
-                            .arg(&*json)
-                            .arg(&*hash)
-                            .arg(&*base)
-                            .arg(&*nc.marker)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if status == 1 {
-                            NodeOutcome::Applied((status, current))
-                        } else {
-                            NodeOutcome::Rejected((status, current))
-                        })
-                    }
-                },
-            )
+            .send(Request::vote("group.view.write"), step)
             .await;
         if tally.reached() {
             Ok(())
@@ -407,57 +364,81 @@ mod tests {
     }
 }
 
-/// TEST ONLY: the view register of a group, driven directly (read, adopt, seal), so a test
-/// can place partial seals and concurrent readers exactly. Never use it in production.
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct ViewRegisterForTests(ViewRegister);
+#[cfg(feature = "test-util")]
+pub use for_tests::{ReadingForTests, ViewRegisterForTests};
 
-/// TEST ONLY: one majority read of a view register.
-#[doc(hidden)]
-pub struct ReadingForTests(Reading);
+#[cfg(feature = "test-util")]
+mod for_tests {
+    use super::*;
 
-impl std::fmt::Debug for ViewRegisterForTests {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ViewRegisterForTests")
-            .field("key", &self.0.key)
-            .field("forkable", &self.0.forkable)
-            .finish()
-    }
-}
+    /// TEST ONLY: the view register of a group, driven directly (read, adopt, seal), so a test
+    /// can place partial seals and concurrent readers exactly. Never use it in production.
+    #[derive(Clone)]
+    pub struct ViewRegisterForTests(ViewRegister);
 
-impl std::fmt::Debug for ReadingForTests {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadingForTests")
-            .field("views", &self.0.views)
-            .finish()
-    }
-}
+    /// TEST ONLY: one majority read of a view register.
+    pub struct ReadingForTests(Reading);
 
-impl ViewRegisterForTests {
-    /// The register of `group`; `forkable` selects the unsafe register.
-    pub fn new(client: &Client, group: &str, forkable: bool) -> Result<Self, Error> {
-        let group = crate::keys::Name::new("group", group)?;
-        Ok(ViewRegisterForTests(ViewRegister::new(
-            client,
-            group.key(KeyKind::View).into(),
-            group.key(KeyKind::Members).into(),
-            forkable,
-        )))
+    impl std::fmt::Debug for ViewRegisterForTests {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("ViewRegisterForTests")
+                .field("key", &self.0.key)
+                .field("forkable", &self.0.forkable)
+                .finish()
+        }
     }
 
-    /// Read from a majority (no write-back yet).
-    pub async fn read(&self) -> Result<ReadingForTests, Error> {
-        self.0.read().await.map(ReadingForTests)
+    impl std::fmt::Debug for ReadingForTests {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("ReadingForTests")
+                .field("views", &self.0.views)
+                .finish()
+        }
     }
 
-    /// Choose the view the reading names, write it back to a majority, adopt it.
-    pub async fn adopt(&self, reading: &ReadingForTests) -> Result<View, Error> {
-        self.0.adopt(&reading.0).await
-    }
+    impl ViewRegisterForTests {
+        /// The register of `group`; `forkable` selects the unsafe register.
+        pub fn new(client: &Client, group: &str, forkable: bool) -> Result<Self, Error> {
+            let group = crate::keys::Name::new("group", group)?;
+            Ok(ViewRegisterForTests(ViewRegister::new(
+                client,
+                group.key(crate::keys::KeyKind::View).into(),
+                group.key(crate::keys::KeyKind::Members).into(),
+                forkable,
+            )))
+        }
 
-    /// Seal a view derived from one this register read (as a leader does).
-    pub async fn seal(&self, view: View) -> Result<View, Error> {
-        self.0.seal(view).await
+        /// Read from a majority (no write-back yet).
+        ///
+        /// # Errors
+        /// [`Error::NoQuorum`] without a majority.
+        ///
+        /// # Cancel safety
+        /// As the register's own step: a dropped write may have reached some nodes.
+        pub async fn read(&self) -> Result<ReadingForTests, Error> {
+            self.0.read().await.map(ReadingForTests)
+        }
+
+        /// Choose the view the reading names, write it back to a majority, adopt it.
+        ///
+        /// # Errors
+        /// [`Error::NoQuorum`] without a majority.
+        ///
+        /// # Cancel safety
+        /// As the register's own step: a dropped write may have reached some nodes.
+        pub async fn adopt(&self, reading: &ReadingForTests) -> Result<View, Error> {
+            self.0.adopt(&reading.0).await
+        }
+
+        /// Seal a view derived from one this register read (as a leader does).
+        ///
+        /// # Errors
+        /// [`Error::NoQuorum`] without a majority.
+        ///
+        /// # Cancel safety
+        /// As the register's own step: a dropped write may have reached some nodes.
+        pub async fn seal(&self, view: View) -> Result<View, Error> {
+            self.0.seal(view).await
+        }
     }
 }

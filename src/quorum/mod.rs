@@ -60,7 +60,7 @@ impl Majority {
 
     /// A quorum of `needed` out of `n` that is NOT a majority when `needed <= n / 2`: only for
     /// tests that show a checker catches what a real majority prevents.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub const fn unsafe_quorum_for_tests(n: usize, needed: usize) -> Self {
         Majority { n, needed }
     }
@@ -173,6 +173,15 @@ impl<T> NodeOutcome<T> {
             NodeOutcome::Applied(_) => true,
             NodeOutcome::Rejected(_) => false,
             NodeOutcome::Unknown(c) => c.may_have_applied(),
+        }
+    }
+
+    /// The same outcome with its reply mapped by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> NodeOutcome<U> {
+        match self {
+            NodeOutcome::Applied(t) => NodeOutcome::Applied(f(t)),
+            NodeOutcome::Rejected(t) => NodeOutcome::Rejected(f(t)),
+            NodeOutcome::Unknown(c) => NodeOutcome::Unknown(c),
         }
     }
 

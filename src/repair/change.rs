@@ -5,13 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Mark, RepairClaim};
-use crate::client::{Client, NodeConn, Targets};
+use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
 use crate::cluster::{self, Adoption, Descriptor};
 use crate::config::{Config, ConfigError};
 use crate::error::{Error, NoQuorum};
-use crate::keys::{fixed_key, KeyKind};
-use crate::quorum::fanout::Wait;
-use crate::quorum::NodeOutcome;
 use crate::scripts::SEAL;
 
 /// What a change of the node list did.
@@ -50,8 +47,8 @@ impl Client {
     /// # Errors
     /// [`ConfigError::ClusterMismatch`] when this client's list is not its nodes' cluster;
     /// [`Error::InvalidArgument`] when these nodes hold no cluster yet; [`Error::NoQuorum`]
-    /// when fewer than a majority of the old nodes could be sealed or read, or fewer than a
-    /// majority of the new ones marked.
+    /// when fewer than a majority of the old nodes could be sealed; [`Error::Unfinished`] when
+    /// too few of the new nodes could be enlisted, copied to or marked (run it again).
     ///
     /// # Cancel safety
     /// Not cancel-safe: a dropped call can leave the old cluster sealed and the new one partly
@@ -77,34 +74,21 @@ impl Client {
 
         // 1. Seal every old node that is verified for the old cluster now (or was sealed for
         //    the same successor by an earlier run).
-        let new_id: std::sync::Arc<str> = new.id.as_str().into();
-        let seal = self
-            .fan_out_raw(
-                "cluster.seal",
-                Wait::All,
-                Targets::All,
-                Some(inner.config.operation_timeout),
-                move |mut nc: NodeConn| {
-                    let new_id = new_id.clone();
-                    async move {
-                        // The marker this node holds while it is verified for the old cluster.
-                        let current = nc.marker.to_string();
-                        let sealed = format!("{current}{}{new_id}", cluster::SEALED);
-                        let done: i64 = SEAL
-                            .key(fixed_key(KeyKind::Marker))
-                            .arg(&current)
-                            .arg(&sealed)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if done == 1 {
-                            NodeOutcome::Applied(nc.run_id.to_string())
-                        } else {
-                            NodeOutcome::Rejected(String::new())
-                        })
-                    }
-                },
+        let new_id = new.id.clone();
+        let seal_step = Steps::per_node(move |ctx| {
+            // The marker this node holds while it is verified for the old cluster.
+            let sealed = format!("{}{}{new_id}", ctx.marker, cluster::SEALED);
+            Some(
+                script_call(&SEAL, Guard::Marker)
+                    .marker_key()
+                    .marker()
+                    .arg(sealed)
+                    .decode(|_, v| decode::one_applied(v)),
             )
-            .await;
+        });
+        let request =
+            Request::any_node("cluster.seal", Targets::All).within(inner.config.operation_timeout);
+        let seal = self.send(request, seal_step).await;
         // 2. Settle, then find the sealed nodes to copy from: sealed for this successor, by
         //    this run or an earlier one, whatever the node's run_id now (a restart keeps what
         //    the AOF holds).
@@ -159,11 +143,14 @@ impl Client {
             .collect();
         let needed_new = target.inner.majority.needed();
         if targets.len() < needed_new {
-            return Err(Error::InvalidArgument(format!(
-                "only {} node(s) of the new list can be enlisted (reachable, not of another \
+            return Err(Error::Unfinished {
+                op: "cluster.change",
+                reason: format!(
+                    "only {} node(s) of the new list can be enlisted (reachable, not of another \
                  cluster); {needed_new} are needed",
-                targets.len()
-            )));
+                    targets.len()
+                ),
+            });
         }
         // Each target carries a claim during the copy, so one emptied meanwhile (FLUSHALL)
         // is never marked, and no repair runs on it at the same time.
@@ -187,8 +174,9 @@ impl Client {
         let copied = self
             .copy_paged(&sources, &target, targets, refresh_all)
             .await
-            .map_err(|why| {
-                Error::InvalidArgument(format!("the copy stopped: {why}; run the change again"))
+            .map_err(|why| Error::Unfinished {
+                op: "cluster.change",
+                reason: format!("the copy stopped: {why}; run the change again"),
             });
         // 4. Mark.
         let mut marked = 0;
@@ -211,10 +199,13 @@ impl Client {
         }
         let copied = copied?;
         if marked < needed_new {
-            return Err(Error::InvalidArgument(format!(
-                "marked {marked} node(s) of the new list; {needed_new} are needed: run the \
-                 change again"
-            )));
+            return Err(Error::Unfinished {
+                op: "cluster.change",
+                reason: format!(
+                    "marked {marked} node(s) of the new list; {needed_new} are needed: run \
+                     the change again"
+                ),
+            });
         }
         tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
         Ok(ClusterChange {

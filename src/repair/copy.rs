@@ -16,9 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::client::{Client, NodeConn, Targets};
+use crate::client::{Client, NodeConn, Request, Step, Targets};
 use crate::keys::{fixed_key, KeyKind};
-use crate::quorum::fanout::Wait;
 use crate::quorum::NodeOutcome;
 use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
@@ -286,7 +285,7 @@ async fn raise(
     plan: &Plan,
     run_id: Option<&str>,
 ) -> redis::RedisResult<NodeOutcome<usize>> {
-    if run_id.is_some_and(|r| *nc.run_id != *r) {
+    if run_id.is_some_and(|r| nc.run_id() != r) {
         return Ok(NodeOutcome::Rejected(0));
     }
     let mut raised = 0usize;
@@ -375,8 +374,6 @@ impl Client {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), String>>,
     {
-        let deadline = Some(self.inner.config.operation_timeout);
-        let server_clock_leases = self.inner.config.server_clock_leases;
         let mut copied = Copied {
             complete: targets,
             ..Copied::default()
@@ -384,97 +381,9 @@ impl Client {
         for &source in sources {
             let mut cursor: u64 = 0;
             loop {
-                let scan = self
-                    .fan_out_raw(
-                        "repair.scan",
-                        Wait::All,
-                        Targets::Only(source),
-                        deadline,
-                        move |mut nc: NodeConn| async move {
-                            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                                .arg(cursor)
-                                .arg("MATCH")
-                                .arg(STATE_PATTERN)
-                                .arg("COUNT")
-                                .arg(PAGE)
-                                .query_async(&mut nc.conn)
-                                .await?;
-                            Ok(NodeOutcome::Applied((next, keys)))
-                        },
-                    )
-                    .await;
-                let Some((next, keys)) = scan.replies().next().map(|(_, r)| r.clone()) else {
-                    return Err(format!(
-                        "source node{source} stopped answering during the copy"
-                    ));
-                };
-                let keys: Vec<String> =
-                    keys.into_iter().filter(|k| classify(k).is_some()).collect();
+                let (next, keys) = self.scan_page(source, cursor).await?;
                 if !keys.is_empty() {
-                    let page: Arc<Vec<String>> = Arc::new(keys);
-                    let p = page.clone();
-                    let reads = self
-                        .fan_out_raw(
-                            "repair.page",
-                            Wait::All,
-                            Targets::of(sources),
-                            deadline,
-                            move |nc: NodeConn| {
-                                let p = p.clone();
-                                async move { read_keys(nc, &p).await.map(NodeOutcome::Applied) }
-                            },
-                        )
-                        .await;
-                    let read: BTreeMap<usize, Holdings> =
-                        reads.replies().map(|(id, h)| (id.0, h.clone())).collect();
-                    if let Some(missing) = sources.iter().find(|s| !read.contains_key(s)) {
-                        return Err(format!(
-                            "source node{missing} stopped answering during the copy"
-                        ));
-                    }
-                    // Every key of the page is copied, also keys an earlier source holds: SCAN
-                    // need not return a key created on that source after its scan passed.
-                    copied.keys += page.len();
-                    let plan = Arc::new(plan(
-                        &read.values().collect::<Vec<_>>(),
-                        server_clock_leases,
-                    ));
-                    if let Some(key) = plan.ambiguous.first() {
-                        return Err(format!(
-                            "the sources hold two views of {key} derived from one base; the \
-                             repair waits for the next seal"
-                        ));
-                    }
-                    if !plan.is_empty() {
-                        let runs = Arc::new(copied.complete.clone());
-                        let nodes: Vec<usize> = runs.keys().copied().collect();
-                        let write = target
-                            .fan_out_raw(
-                                "repair.write",
-                                Wait::All,
-                                Targets::of(&nodes),
-                                deadline,
-                                move |nc: NodeConn| {
-                                    let (plan, runs) = (plan.clone(), runs.clone());
-                                    async move {
-                                        let run = runs.get(&nc.node).cloned();
-                                        raise(nc, &plan, run.as_deref()).await
-                                    }
-                                },
-                            )
-                            .await;
-                        let mut took = BTreeSet::new();
-                        for r in write.results() {
-                            if let NodeOutcome::Applied(n) = r.outcome {
-                                copied.written += n;
-                                took.insert(r.node.0);
-                            }
-                        }
-                        copied.complete.retain(|node, _| took.contains(node));
-                        if copied.complete.is_empty() {
-                            return Err("no target took the copy (restarted or unreachable)".into());
-                        }
-                    }
+                    self.copy_page(sources, target, keys, &mut copied).await?;
                 }
                 between_pages().await?;
                 if next == 0 {
@@ -484,6 +393,99 @@ impl Client {
             }
         }
         Ok(copied)
+    }
+
+    /// One SCAN page of `source`: the next cursor and the state keys on the page.
+    async fn scan_page(&self, source: usize, cursor: u64) -> Result<(u64, Vec<String>), String> {
+        let scan = Step::session(move |mut nc: NodeConn| async move {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(STATE_PATTERN)
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut nc.conn)
+                .await?;
+            Ok(NodeOutcome::Applied((next, keys)))
+        });
+        let request = Request::any_node("repair.scan", Targets::Only(source))
+            .within(self.inner.config.operation_timeout);
+        let tally = self.send(request, scan).await;
+        let Some((next, keys)) = tally.replies().next().map(|(_, r)| r.clone()) else {
+            return Err(format!(
+                "source node{source} stopped answering during the copy"
+            ));
+        };
+        Ok((
+            next,
+            keys.into_iter().filter(|k| classify(k).is_some()).collect(),
+        ))
+    }
+
+    /// Read one page of keys from every source, merge, and raise the targets that are still
+    /// complete (dropping those that did not take it).
+    async fn copy_page(
+        &self,
+        sources: &[usize],
+        target: &Client,
+        keys: Vec<String>,
+        copied: &mut Copied,
+    ) -> Result<(), String> {
+        let deadline = self.inner.config.operation_timeout;
+        let page: Arc<Vec<String>> = Arc::new(keys);
+        let p = page.clone();
+        let read = Step::session(move |nc: NodeConn| {
+            let p = p.clone();
+            async move { read_keys(nc, &p).await.map(NodeOutcome::Applied) }
+        });
+        let request = Request::any_node("repair.page", Targets::of(sources)).within(deadline);
+        let reads = self.send(request, read).await;
+        let read: BTreeMap<usize, Holdings> =
+            reads.replies().map(|(id, h)| (id.0, h.clone())).collect();
+        if let Some(missing) = sources.iter().find(|s| !read.contains_key(s)) {
+            return Err(format!(
+                "source node{missing} stopped answering during the copy"
+            ));
+        }
+        // Every key of the page is copied, also keys an earlier source holds: SCAN need not
+        // return a key created on that source after its scan passed.
+        copied.keys += page.len();
+        let plan = Arc::new(plan(
+            &read.values().collect::<Vec<_>>(),
+            self.inner.config.server_clock_leases,
+        ));
+        if let Some(key) = plan.ambiguous.first() {
+            return Err(format!(
+                "the sources hold two views of {key} derived from one base; the repair waits \
+                 for the next seal"
+            ));
+        }
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let runs = Arc::new(copied.complete.clone());
+        let nodes: Vec<usize> = runs.keys().copied().collect();
+        let write = Step::session(move |nc: NodeConn| {
+            let (plan, runs) = (plan.clone(), runs.clone());
+            async move {
+                let run = runs.get(&nc.node()).cloned();
+                raise(nc, &plan, run.as_deref()).await
+            }
+        });
+        let request = Request::any_node("repair.write", Targets::of(&nodes)).within(deadline);
+        let write = target.send(request, write).await;
+        let mut took = BTreeSet::new();
+        for r in write.results() {
+            if let NodeOutcome::Applied(n) = r.outcome {
+                copied.written += n;
+                took.insert(r.node.0);
+            }
+        }
+        copied.complete.retain(|node, _| took.contains(node));
+        if copied.complete.is_empty() {
+            return Err("no target took the copy (restarted or unreachable)".into());
+        }
+        Ok(())
     }
 }
 

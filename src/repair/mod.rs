@@ -48,12 +48,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use crate::client::{Client, NodeConn, Targets};
-use crate::cluster::{self, Adoption, Descriptor, Standing};
-use crate::keys::{fixed_key, KeyKind};
 use std::sync::Arc;
 
-use crate::quorum::fanout::Wait;
+use crate::client::{decode, script_call, Client, Guard, NodeConn, Request, Step, Steps, Targets};
+use crate::cluster::{self, Adoption, Descriptor, Standing};
+use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
 use crate::scripts::{CLAIM, CLUSTER_INIT, MARK};
 
@@ -227,27 +226,24 @@ impl Client {
 
     /// Every node's marker and run_id, and whether it holds any state.
     pub(crate) async fn census(&self) -> Vec<Census> {
-        let tally = self
-            .fan_out_raw(
-                "repair.census",
-                Wait::All,
-                Targets::All,
-                Some(self.inner.config.operation_timeout),
-                |mut nc: NodeConn| async move {
-                    let marker: Option<String> = redis::cmd("GET")
-                        .arg(fixed_key(KeyKind::Marker))
-                        .query_async(&mut nc.conn)
-                        .await?;
-                    let has_state = has_state(&mut nc).await?;
-                    Ok(NodeOutcome::Applied(Census {
-                        node: nc.node,
-                        run_id: nc.run_id.to_string(),
-                        marker,
-                        has_state,
-                    }))
-                },
-            )
-            .await;
+        // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
+        // because their marker is missing: a session, reporting the marker it read.
+        let census = Step::session(|mut nc: NodeConn| async move {
+            let marker: Option<String> = redis::cmd("GET")
+                .arg(fixed_key(KeyKind::Marker))
+                .query_async(&mut nc.conn)
+                .await?;
+            let has_state = has_state(&mut nc).await?;
+            Ok(NodeOutcome::Applied(Census {
+                node: nc.node(),
+                run_id: nc.run_id().to_string(),
+                marker,
+                has_state,
+            }))
+        });
+        let request = Request::any_node("repair.census", Targets::All)
+            .within(self.inner.config.operation_timeout);
+        let tally = self.send(request, census).await;
         tally.replies().map(|(_, c)| c.clone()).collect()
     }
 
@@ -301,36 +297,13 @@ impl Client {
     /// Write the descriptor, then the marker, on the `targets` that are still the incarnation
     /// the mark names (or, with an empty `run_id`, each node's own). Returns the nodes marked.
     pub(crate) async fn mark(&self, targets: Targets, mark: Arc<Mark>) -> Vec<usize> {
-        let tally = self
-            .fan_out_raw(
-                "repair.mark",
-                Wait::All,
-                targets,
-                Some(self.inner.config.operation_timeout),
-                move |mut nc: NodeConn| {
-                    let mark = mark.clone();
-                    async move {
-                        if *nc.run_id != *mark.run_id {
-                            return Ok(NodeOutcome::Rejected(()));
-                        }
-                        let marked: i64 = MARK
-                            .key(fixed_key(KeyKind::Marker))
-                            .key(fixed_key(KeyKind::Cluster))
-                            .key(fixed_key(KeyKind::RepairClaim))
-                            .arg(&mark.marker)
-                            .arg(&mark.descriptor)
-                            .arg(&mark.claim)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if marked == 1 {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
-                        })
-                    }
-                },
-            )
-            .await;
+        let steps = Steps::per_node(move |ctx| {
+            // Only the incarnation the repair copied to.
+            (*ctx.run_id == *mark.run_id).then(|| mark.step())
+        });
+        let request =
+            Request::any_node("repair.mark", targets).within(self.inner.config.operation_timeout);
+        let tally = self.send(request, steps).await;
         tally
             .results()
             .iter()
@@ -351,38 +324,22 @@ impl Client {
                 .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
                 .collect(),
         );
-        let (descriptor, id) = (
-            std::sync::Arc::<str>::from(d.encode()),
-            std::sync::Arc::<str>::from(d.id.as_str()),
-        );
-        let tally = self
-            .fan_out_raw(
-                "repair.bootstrap",
-                Wait::All,
-                Targets::All,
-                Some(inner.config.operation_timeout),
-                move |mut nc: NodeConn| {
-                    let (listed, descriptor, id) = (listed.clone(), descriptor.clone(), id.clone());
-                    async move {
-                        if !listed.get(nc.node).copied().unwrap_or(false) {
-                            return Ok(NodeOutcome::Rejected(()));
-                        }
-                        let set: i64 = CLUSTER_INIT
-                            .key(fixed_key(KeyKind::Marker))
-                            .key(fixed_key(KeyKind::Cluster))
-                            .arg(cluster::marker_value(&nc.run_id, &id))
-                            .arg(&*descriptor)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if set == 1 {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
-                        })
-                    }
-                },
-            )
-            .await;
+        let (descriptor, id) = (d.encode(), d.id.clone());
+        let steps = Steps::per_node(move |ctx| {
+            if !listed.get(ctx.node).copied().unwrap_or(false) {
+                return None;
+            }
+            // No marker check: the script writes only where no marker is.
+            let call = script_call(&CLUSTER_INIT, Guard::None("writes only an unmarked node"))
+                .marker_key()
+                .key(fixed_key(KeyKind::Cluster))
+                .arg(cluster::marker_value(&ctx.run_id, &id))
+                .arg(&descriptor);
+            Some(call.decode(|_, v| decode::one_applied(v)))
+        });
+        let request = Request::any_node("repair.bootstrap", Targets::All)
+            .within(inner.config.operation_timeout);
+        let tally = self.send(request, steps).await;
         for n in &inner.nodes {
             let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
         }
@@ -399,6 +356,24 @@ pub(crate) struct Mark {
     pub(crate) marker: String,
     /// The claim nonce the node must still carry (see `mark.lua`).
     pub(crate) claim: String,
+}
+
+impl Mark {
+    /// `mark.lua`: the descriptor, then the marker, while the node carries the repairer's
+    /// claim (no marker check: the node is being marked because it has none).
+    fn step(&self) -> Step<()> {
+        script_call(
+            &MARK,
+            Guard::None("marks a node under repair, guarded by its claim"),
+        )
+        .marker_key()
+        .key(fixed_key(KeyKind::Cluster))
+        .key(fixed_key(KeyKind::RepairClaim))
+        .arg(&self.marker)
+        .arg(&self.descriptor)
+        .arg(&self.claim)
+        .decode(|_, v| decode::one_applied(v))
+    }
 }
 
 /// One node as a repair finds it.
@@ -488,33 +463,15 @@ impl RepairClaim {
     }
 
     async fn run(&self, mode: &'static str) -> bool {
-        let (nonce, ttl) = (Arc::<str>::from(self.nonce.as_str()), self.ttl_ms());
-        let tally = self
-            .client
-            .fan_out_raw(
-                "repair.claim",
-                Wait::All,
-                Targets::Only(self.node),
-                None,
-                move |mut nc: NodeConn| {
-                    let nonce = nonce.clone();
-                    async move {
-                        let ok: i64 = CLAIM
-                            .key(fixed_key(KeyKind::RepairClaim))
-                            .arg(mode)
-                            .arg(&*nonce)
-                            .arg(ttl)
-                            .invoke_async(&mut nc.conn)
-                            .await?;
-                        Ok(if ok == 1 {
-                            NodeOutcome::Applied(())
-                        } else {
-                            NodeOutcome::Rejected(())
-                        })
-                    }
-                },
-            )
-            .await;
+        // No marker check: the claim guards a node that is being repaired.
+        let step = script_call(&CLAIM, Guard::None("a claim on a node under repair"))
+            .key(fixed_key(KeyKind::RepairClaim))
+            .arg(mode)
+            .arg(&self.nonce)
+            .arg(self.ttl_ms())
+            .decode(|_, v| decode::one_applied(v));
+        let request = Request::any_node("repair.claim", Targets::Only(self.node));
+        let tally = self.client.send(request, step).await;
         tally.applied() == 1
     }
 

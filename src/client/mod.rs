@@ -1,102 +1,26 @@
 //! [`Client`]: the configured set of nodes, their safety verdicts, and the way every quorum
 //! operation reaches them.
 //!
-//! Architecture invariant: every request to a node goes through [`Client::fan_out`] (which
-//! uses the one fan-out primitive in [`crate::quorum`]) or, for the safety check, straight
-//! through that primitive. Nothing else sends to nodes.
+//! Architecture invariant: every request to a node is a [`Request`] with its [`Step`]s, sent
+//! by [`Client::send`] (which uses the one fan-out primitive in [`crate::quorum`]) or, for the
+//! safety check, straight through that primitive. Nothing else sends to nodes.
 
-use std::future::Future;
+mod request;
+mod send;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-
 use crate::cluster::{self, Adoption, Standing};
 use crate::config::{Config, ConfigError, SafetyMode};
-use crate::error::{Error, NoQuorum};
+use crate::error::Error;
 use crate::node::Node;
 use crate::quorum::fanout::{self, NodeCall, Wait};
 use crate::quorum::{Majority, NodeId, NodeOutcome, Tally, UnknownCause};
 use crate::safety::{duplicate_servers, Finding, NodeReport, Severity};
 
-/// Which nodes a raw fan-out asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Targets {
-    All,
-    Only(usize),
-    /// The nodes whose bits are set (node `i` is bit `i`; at most 63 nodes).
-    Set(u64),
-}
-
-impl Targets {
-    fn includes(self, i: usize) -> bool {
-        match self {
-            Targets::All => true,
-            Targets::Only(j) => i == j,
-            Targets::Set(mask) => i < 64 && mask & (1u64 << i) != 0,
-        }
-    }
-
-    /// The set of these nodes.
-    pub(crate) fn of(nodes: &[usize]) -> Targets {
-        Targets::Set(
-            nodes
-                .iter()
-                .filter(|i| **i < 64)
-                .fold(0, |m, i| m | (1u64 << i)),
-        )
-    }
-}
-
-/// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
-type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;
-
-/// What every per-node call of one fan-out shares.
-struct NodeCallSetup {
-    node_timeout: Duration,
-    voting_only: bool,
-    cluster_id: Option<Arc<str>>,
-    claims: Claims,
-}
-
-/// One node's connection, handed to a quorum operation's per-node step.
-pub(crate) struct NodeConn {
-    /// The node's position in the configuration.
-    pub(crate) node: usize,
-    pub(crate) conn: MultiplexedConnection,
-    /// The marker value this node must hold for its vote to count (`<run_id>/<cluster id>`,
-    /// see [`crate::cluster`]), or `*` when amnesia protection is off. It also names the
-    /// node's incarnation (it changes when the server restarts).
-    pub(crate) marker: Arc<str>,
-    /// The server's run_id when this connection was opened.
-    pub(crate) run_id: Arc<str>,
-}
-
-impl NodeConn {
-    /// A pipeline that first reads the node's marker: a read that decides something runs
-    /// behind it, and [`marker_holds`](Self::marker_holds) tells whether its answer counts
-    /// (a node emptied by FLUSHALL, or swapped behind a proxy, is caught at once rather than
-    /// at its next probe).
-    pub(crate) fn checked_pipe(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(crate::keys::fixed_key(crate::keys::KeyKind::Marker));
-        pipe
-    }
-
-    /// Whether the marker read by [`checked_pipe`](Self::checked_pipe) is the expected one.
-    pub(crate) fn marker_holds(&self, marker: Option<&str>) -> bool {
-        &*self.marker == "*" || marker == Some(&*self.marker)
-    }
-
-    /// The outcome of a read whose marker check failed.
-    pub(crate) fn stale<T>(&self) -> NodeOutcome<T> {
-        NodeOutcome::Unknown(UnknownCause::Excluded(
-            "its marker changed (data lost, or another server): it votes again once repaired"
-                .into(),
-        ))
-    }
-}
+pub(crate) use request::{decode, script_call, Guard, NodeCtx, Request, Step, Steps, Targets};
+pub(crate) use send::NodeConn;
 
 /// What the client concludes from its nodes' latest probes, recomputed when any node
 /// records a new probe.
@@ -202,10 +126,7 @@ impl Client {
         }
         let client = Client {
             inner: Arc::new(Inner {
-                majority: match config.quorum_override {
-                    Some(needed) => Majority::unsafe_quorum_for_tests(nodes.len(), needed),
-                    None => Majority::of(nodes.len()),
-                },
+                majority: config.majority(),
                 urls: config.nodes.iter().map(ToString::to_string).collect(),
                 config,
                 nodes,
@@ -213,9 +134,10 @@ impl Client {
             }),
         };
         let warmup = client
-            .fan_out_raw("connect", Wait::All, Targets::All, None, |_| async {
-                Ok(NodeOutcome::Applied(()))
-            })
+            .send(
+                Request::any_node("connect", Targets::All),
+                Step::session(|_| async { Ok(NodeOutcome::Applied(())) }),
+            )
             .await;
         tracing::debug!(reachable = warmup.applied(), "client connected");
         // Nodes without a valid marker (a new cluster, a wiped or restarted node) are
@@ -266,15 +188,10 @@ impl Client {
     /// # Cancel safety
     /// Cancel-safe (a PING has no effect).
     pub async fn ping(&self) -> Result<Tally<()>, Error> {
-        let tally = self
-            .fan_out("ping", Wait::Decided, |mut nc: NodeConn| async move {
-                redis::cmd("PING")
-                    .query_async::<String>(&mut nc.conn)
-                    .await?;
-                Ok(NodeOutcome::Applied(()))
-            })
-            .await;
-        self.require_majority("ping", tally, |_| String::new())
+        let ping = Step::unchecked(vec![redis::cmd("PING")], |_, reply| {
+            decode::value::<String>(reply).map(|o| o.map(|_| ()))
+        });
+        self.decide(Request::vote("ping"), ping).await
     }
 
     /// Probe every node now (PING, INFO, CONFIG GET) and report its findings, in node order.
@@ -470,243 +387,5 @@ impl Client {
             return None;
         }
         self.verdicts().quarantine.get(i).cloned().flatten()
-    }
-
-    /// Turn a tally into `Ok` when a majority applied, or a [`NoQuorum`] error.
-    pub(crate) fn require_majority<T>(
-        &self,
-        op: &'static str,
-        tally: Tally<T>,
-        rejected: impl Fn(&T) -> String,
-    ) -> Result<Tally<T>, Error> {
-        if tally.reached() {
-            Ok(tally)
-        } else {
-            Err(NoQuorum::from_tally(op, &tally, &self.inner.urls, rejected).into())
-        }
-    }
-
-    /// Send `op` to every voting node concurrently through the fan-out primitive.
-    ///
-    /// Per node: get (or open and probe) its connection, skip it if it may not vote, run
-    /// `op`, all within the per-node deadline. A timed-out or broken connection is discarded.
-    /// `op` decides from the reply whether the node applied or rejected the operation.
-    pub(crate) async fn fan_out<T, F, Fut>(&self, name: &'static str, wait: Wait, op: F) -> Tally<T>
-    where
-        T: Send + 'static,
-        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
-    {
-        self.fan_out_with(name, wait, None, true, Targets::All, None, op)
-            .await
-    }
-
-    /// To every node (voting or not), awaiting all of them, but reporting the number of nodes
-    /// that applied it on `decided` as soon as the outcome is decided. Run it in a task of its
-    /// own to return at the decision while slow nodes are still being reached.
-    pub(crate) async fn fan_out_all_reporting<T, F, Fut>(
-        &self,
-        name: &'static str,
-        deadline: Duration,
-        decided: tokio::sync::oneshot::Sender<usize>,
-        op: F,
-    ) -> Tally<T>
-    where
-        T: Send + 'static,
-        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
-    {
-        self.fan_out_with(
-            name,
-            Wait::All,
-            Some(deadline),
-            false,
-            Targets::All,
-            Some(decided),
-            op,
-        )
-        .await
-    }
-
-    /// Like [`fan_out`](Self::fan_out) with a per-node deadline of its own (leases use a
-    /// small fraction of their TTL).
-    pub(crate) async fn fan_out_within<T, F, Fut>(
-        &self,
-        name: &'static str,
-        wait: Wait,
-        deadline: Duration,
-        op: F,
-    ) -> Tally<T>
-    where
-        T: Send + 'static,
-        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
-    {
-        self.fan_out_with(name, wait, Some(deadline), true, Targets::All, None, op)
-            .await
-    }
-
-    /// Like [`fan_out`](Self::fan_out) but also to nodes that may not vote (for reads that
-    /// repair and check nodes), optionally skipping one node and with a longer deadline.
-    pub(crate) async fn fan_out_raw<T, F, Fut>(
-        &self,
-        name: &'static str,
-        wait: Wait,
-        targets: Targets,
-        deadline: Option<Duration>,
-        op: F,
-    ) -> Tally<T>
-    where
-        T: Send + 'static,
-        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
-    {
-        self.fan_out_with(name, wait, deadline, false, targets, None, op)
-            .await
-    }
-
-    // Private plumbing behind the four public shapes above; each argument is one of their knobs.
-    #[allow(clippy::too_many_arguments)]
-    async fn fan_out_with<T, F, Fut>(
-        &self,
-        name: &'static str,
-        wait: Wait,
-        deadline: Option<Duration>,
-        voting_only: bool,
-        targets: Targets,
-        decided: Option<tokio::sync::oneshot::Sender<usize>>,
-        op: F,
-    ) -> Tally<T>
-    where
-        T: Send + 'static,
-        F: Fn(NodeConn) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
-    {
-        let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
-        // One cluster id for the whole fan-out, and one vote per server: the first node of
-        // this fan-out to reach a server claims it, so a second URL to the same server is
-        // excluded from the very first fan-out (before any probe comparison could notice).
-        let cluster_id = self.verdicts().cluster_id.clone();
-        let claims: Claims = Arc::default();
-        let calls: Vec<(NodeId, NodeCall<T>)> = self
-            .inner
-            .nodes
-            .iter()
-            .map(|node| {
-                let call: NodeCall<T> = if !targets.includes(node.id.0) {
-                    Box::pin(futures::future::ready(NodeOutcome::Unknown(
-                        UnknownCause::Excluded("not asked by this operation".into()),
-                    )))
-                } else {
-                    Box::pin(self.clone().call_node(
-                        node.clone(),
-                        NodeCallSetup {
-                            node_timeout,
-                            voting_only,
-                            cluster_id: cluster_id.clone(),
-                            claims: claims.clone(),
-                        },
-                        op.clone(),
-                    ))
-                };
-                (node.id, call)
-            })
-            .collect();
-        // The backstop is slightly longer than the node's own deadline, so the node's own
-        // (which also discards the connection) fires first.
-        fanout::fan_out(
-            name,
-            self.inner.majority,
-            node_timeout + Duration::from_millis(5),
-            wait,
-            calls,
-            decided,
-        )
-        .await
-    }
-
-    async fn call_node<T, F, Fut>(
-        self,
-        node: Arc<Node>,
-        setup: NodeCallSetup,
-        op: F,
-    ) -> NodeOutcome<T>
-    where
-        F: Fn(NodeConn) -> Fut,
-        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>>,
-    {
-        let NodeCallSetup {
-            node_timeout,
-            voting_only,
-            cluster_id,
-            claims,
-        } = setup;
-        let mut generation = None;
-        let outcome = tokio::time::timeout(node_timeout, async {
-            let lease = match node.connection().await {
-                Ok(l) => l,
-                Err(cause) => return NodeOutcome::Unknown(cause),
-            };
-            generation = Some(lease.generation);
-            if voting_only {
-                if let Some(why) = self.exclusion(node.id.0) {
-                    if self.quarantine_reason(node.id.0).is_some() {
-                        self.spawn_repair(node.id.0);
-                    }
-                    return NodeOutcome::Unknown(UnknownCause::Excluded(why));
-                }
-            }
-            // (Raw fan-outs, for repair and checks, see every URL and count servers
-            // themselves.)
-            if voting_only && self.inner.config.cluster_identity && !lease.run_id.is_empty() {
-                let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner());
-                match claims.iter().find(|(r, _)| *r == lease.run_id) {
-                    Some((_, first)) if *first != node.id.0 => {
-                        return NodeOutcome::Unknown(UnknownCause::Excluded(format!(
-                            "the same server as node {first} (run_id), counted once"
-                        )));
-                    }
-                    Some(_) => {}
-                    None => claims.push((lease.run_id.clone(), node.id.0)),
-                }
-            }
-            self.maybe_reprobe(&node);
-            let marker: Arc<str> = if self.inner.config.amnesia_protection {
-                cluster::marker_value(&lease.run_id, cluster_id.as_deref().unwrap_or("")).into()
-            } else {
-                "*".into()
-            };
-            let conn = NodeConn {
-                node: node.id.0,
-                conn: lease.conn,
-                marker,
-                run_id: lease.run_id.clone(),
-            };
-            match op(conn).await {
-                Ok(outcome) => outcome,
-                Err(e) => NodeOutcome::Unknown(node.failed(lease.generation, &e)),
-            }
-        })
-        .await;
-        match outcome {
-            Ok(o) => o,
-            Err(_elapsed) => {
-                if let Some(g) = generation {
-                    node.discard(g);
-                }
-                NodeOutcome::Unknown(UnknownCause::Timeout)
-            }
-        }
-    }
-
-    fn maybe_reprobe(&self, node: &Arc<Node>) {
-        if node.probe_is_stale(self.inner.config.recheck_interval) && node.begin_reprobe() {
-            let node = node.clone();
-            let timeout = self.inner.config.node_timeout;
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(timeout, node.reprobe()).await;
-                node.end_reprobe();
-            });
-        }
     }
 }

@@ -1,0 +1,536 @@
+//! One shape for every quorum operation: a [`Request`] (which nodes, when to return, the
+//! per-node deadline, who may vote, whether to report the decision early) and a node [`Step`]
+//! (a script or commands, keys, arguments, the marker check, and a pure `decode` of the
+//! reply), both built as data once per operation. [`Client::send`](super::Client::send) and
+//! [`Client::decide`](super::Client::decide) run them through the one fan-out primitive.
+//!
+//! A step says how a node's answer is guarded against a node that lost its data:
+//! - [`script_call`] with [`Guard::Marker`]: the script compares the marker atomically (the
+//!   expected marker travels as an argument, [`Arg::Marker`]);
+//! - [`Step::read`]: read commands pipelined behind a `GET rq:marker`, and an answer counts
+//!   only when the marker is the expected one;
+//! - [`Guard::None`] with the reason it needs no check (a release of one's own copy, a repair
+//!   of a node that is quarantined precisely because its marker is missing, a PING).
+//!
+//! Everything here except [`Step::session`] is pure data; decoding is pure and unit-tested.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::keys::{fixed_key, KeyKind};
+use crate::quorum::fanout::Wait;
+use crate::quorum::{NodeOutcome, UnknownCause};
+
+use super::NodeConn;
+
+/// Which nodes an operation asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Targets {
+    All,
+    Only(usize),
+    /// The nodes whose bits are set (node `i` is bit `i`; at most 63 nodes).
+    Set(u64),
+}
+
+impl Targets {
+    pub(crate) fn includes(self, i: usize) -> bool {
+        match self {
+            Targets::All => true,
+            Targets::Only(j) => i == j,
+            Targets::Set(mask) => i < 64 && mask & (1u64 << i) != 0,
+        }
+    }
+
+    /// The set of these nodes.
+    pub(crate) fn of(nodes: &[usize]) -> Targets {
+        Targets::Set(
+            nodes
+                .iter()
+                .filter(|i| **i < 64)
+                .fold(0, |m, i| m | (1u64 << i)),
+        )
+    }
+}
+
+/// How one quorum operation is sent: named once, built as data.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The operation's name, in tracing spans and errors.
+    pub(crate) name: &'static str,
+    pub(crate) targets: Targets,
+    pub(crate) wait: Wait,
+    /// Per-node deadline; the client's node timeout when `None`.
+    pub(crate) deadline: Option<Duration>,
+    /// Only nodes that may vote (verified, marked, one per server) are asked. Off for
+    /// repair and census, which see every URL and count servers themselves.
+    pub(crate) voting_only: bool,
+    /// Told how many nodes applied as soon as the outcome is decided.
+    pub(crate) report: Option<tokio::sync::oneshot::Sender<usize>>,
+}
+
+impl Request {
+    /// A quorum operation on the voting nodes, returning as soon as it is decided.
+    pub(crate) fn vote(name: &'static str) -> Request {
+        Request {
+            name,
+            targets: Targets::All,
+            wait: Wait::Decided,
+            deadline: None,
+            voting_only: true,
+            report: None,
+        }
+    }
+
+    /// An operation on `targets` whether they vote or not (repair, census, bootstrap), waiting
+    /// for every one of them.
+    pub(crate) fn any_node(name: &'static str, targets: Targets) -> Request {
+        Request {
+            targets,
+            wait: Wait::All,
+            voting_only: false,
+            ..Request::vote(name)
+        }
+    }
+
+    /// Wait for every node (cleanup, reading the highest value).
+    pub(crate) fn wait_all(self) -> Request {
+        Request {
+            wait: Wait::All,
+            ..self
+        }
+    }
+
+    /// Wait for every node when `all`, else return at the decision.
+    pub(crate) fn wait_all_if(self, all: bool) -> Request {
+        if all {
+            self.wait_all()
+        } else {
+            self
+        }
+    }
+
+    /// A per-node deadline of its own (leases use a fraction of their TTL, repair a whole
+    /// operation timeout).
+    pub(crate) fn within(self, deadline: Duration) -> Request {
+        Request {
+            deadline: Some(deadline),
+            ..self
+        }
+    }
+
+    /// Wait for every node, but report the number that applied on `decided` as soon as the
+    /// outcome is decided (run the request in a task of its own to go on at the decision).
+    pub(crate) fn reporting(self, decided: tokio::sync::oneshot::Sender<usize>) -> Request {
+        Request {
+            report: Some(decided),
+            ..self.wait_all()
+        }
+    }
+}
+
+/// What a node step knows of the node it runs on.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeCtx {
+    /// The node's position in the configuration.
+    pub(crate) node: usize,
+    /// The marker this node must hold for its answer to count (`<run_id>/<cluster id>`), or
+    /// `*` when amnesia protection is off. It also names the node's incarnation.
+    pub(crate) marker: Arc<str>,
+    /// The server's run_id when the connection was opened.
+    pub(crate) run_id: Arc<str>,
+}
+
+impl NodeCtx {
+    /// Whether `marker` (as read in the same round trip) is the expected one.
+    pub(crate) fn marker_holds(&self, marker: Option<&str>) -> bool {
+        &*self.marker == "*" || marker == Some(&*self.marker)
+    }
+}
+
+/// The outcome of a read whose marker check failed.
+pub(crate) fn stale<T>() -> NodeOutcome<T> {
+    NodeOutcome::Unknown(UnknownCause::Excluded(
+        "its marker changed (data lost, or another server): it votes again once repaired".into(),
+    ))
+}
+
+/// One argument of a node step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Arg {
+    Val(Vec<u8>),
+    /// The marker this node must hold (the node's [`NodeCtx::marker`]).
+    Marker,
+}
+
+/// How a step's answer is protected against a node that lost its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The script compares `rq:marker` with an argument atomically before it writes.
+    Marker,
+    /// No marker check, and why none is needed.
+    None(&'static str),
+}
+
+/// A pure decoder of one node's reply.
+pub(crate) type Decode<T> =
+    Arc<dyn Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync>;
+
+/// A node session: several round trips on one node's connection (repair's paged copy).
+pub(crate) type Session<T> = Arc<
+    dyn Fn(NodeConn) -> Pin<Box<dyn Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+pub(crate) enum Body {
+    Script {
+        script: &'static redis::Script,
+        keys: Vec<String>,
+        args: Vec<Arg>,
+        guard: Guard,
+    },
+    /// Commands in one pipeline; with `checked`, behind a read of the marker.
+    Commands {
+        cmds: Vec<redis::Cmd>,
+        checked: bool,
+    },
+}
+
+/// What one node is asked to do, and how its reply is read.
+pub(crate) enum Step<T> {
+    Wire { body: Body, decode: Decode<T> },
+    Session(Session<T>),
+}
+
+impl<T> Clone for Step<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Step::Wire { body, decode } => Step::Wire {
+                body: body.clone(),
+                decode: decode.clone(),
+            },
+            Step::Session(s) => Step::Session(s.clone()),
+        }
+    }
+}
+
+impl Clone for Body {
+    fn clone(&self) -> Self {
+        match self {
+            Body::Script {
+                script,
+                keys,
+                args,
+                guard,
+            } => Body::Script {
+                script,
+                keys: keys.clone(),
+                args: args.clone(),
+                guard: *guard,
+            },
+            Body::Commands { cmds, checked } => Body::Commands {
+                cmds: cmds.clone(),
+                checked: *checked,
+            },
+        }
+    }
+}
+
+/// A script call under construction: keys and arguments in order, then [`decode`](Self::decode).
+#[derive(Clone)]
+pub(crate) struct ScriptCall {
+    script: &'static redis::Script,
+    keys: Vec<String>,
+    args: Vec<Arg>,
+    guard: Guard,
+}
+
+impl ScriptCall {
+    pub(crate) fn key(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(key.into());
+        self
+    }
+
+    /// The node marker key, `rq:marker`.
+    pub(crate) fn marker_key(self) -> Self {
+        self.key(fixed_key(KeyKind::Marker))
+    }
+
+    pub(crate) fn arg(mut self, arg: impl redis::ToRedisArgs) -> Self {
+        for a in arg.to_redis_args() {
+            self.args.push(Arg::Val(a));
+        }
+        self
+    }
+
+    /// The marker this node must hold, as the next argument.
+    pub(crate) fn marker(mut self) -> Self {
+        self.args.push(Arg::Marker);
+        self
+    }
+
+    pub(crate) fn decode<T>(
+        self,
+        decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
+    ) -> Step<T> {
+        Step::Wire {
+            body: Body::Script {
+                script: self.script,
+                keys: self.keys,
+                args: self.args,
+                guard: self.guard,
+            },
+            decode: Arc::new(decode),
+        }
+    }
+
+    /// Whether a marker-guarded call actually carries the marker (every builder's unit test
+    /// checks this).
+    #[cfg(test)]
+    pub(crate) fn guard_is_wired(&self) -> bool {
+        match self.guard {
+            Guard::Marker => self.args.contains(&Arg::Marker),
+            Guard::None(_) => true,
+        }
+    }
+
+    /// The arguments as sent to a node holding `marker`.
+    pub(crate) fn resolved_args(args: &[Arg], marker: &str) -> Vec<Vec<u8>> {
+        args.iter()
+            .map(|a| match a {
+                Arg::Val(v) => v.clone(),
+                Arg::Marker => marker.as_bytes().to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// A script call as a node step. With [`Guard::Marker`], place [`ScriptCall::marker`] (or the
+/// marker the script must compare against) among the arguments.
+pub(crate) fn script_call(script: &'static redis::Script, guard: Guard) -> ScriptCall {
+    ScriptCall {
+        script,
+        keys: Vec::new(),
+        args: Vec::new(),
+        guard,
+    }
+}
+
+impl<T> Step<T> {
+    /// Read commands pipelined behind a read of the node's marker: the answer counts only
+    /// when the marker is the expected one (a node emptied by FLUSHALL or swapped behind a
+    /// proxy is caught at once). `decode` gets the one reply, or an array of the replies when
+    /// there are several commands.
+    pub(crate) fn read(
+        cmds: Vec<redis::Cmd>,
+        decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
+    ) -> Step<T> {
+        Step::Wire {
+            body: Body::Commands {
+                cmds,
+                checked: true,
+            },
+            decode: Arc::new(decode),
+        }
+    }
+
+    /// Commands without a marker check (PING, and reads that decide nothing).
+    pub(crate) fn unchecked(
+        cmds: Vec<redis::Cmd>,
+        decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
+    ) -> Step<T> {
+        Step::Wire {
+            body: Body::Commands {
+                cmds,
+                checked: false,
+            },
+            decode: Arc::new(decode),
+        }
+    }
+
+    /// Several round trips on one node (repair's census and paged copy, which run on nodes
+    /// that are quarantined precisely because their marker is missing).
+    pub(crate) fn session<F, Fut>(f: F) -> Step<T>
+    where
+        F: Fn(NodeConn) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = redis::RedisResult<NodeOutcome<T>>> + Send + 'static,
+    {
+        Step::Session(Arc::new(move |nc| Box::pin(f(nc))))
+    }
+}
+
+/// A choice of step per node.
+pub(crate) type PerNode<T> = Arc<dyn Fn(&NodeCtx) -> Option<Step<T>> + Send + Sync>;
+
+/// The steps of one operation: the same for every node, or chosen per node (a lock's
+/// takeover swaps on some nodes and only reads on others). `None` for a node leaves it out.
+pub(crate) enum Steps<T> {
+    Same(Step<T>),
+    PerNode(PerNode<T>),
+}
+
+impl<T> Clone for Steps<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Steps::Same(s) => Steps::Same(s.clone()),
+            Steps::PerNode(f) => Steps::PerNode(f.clone()),
+        }
+    }
+}
+
+impl<T> From<Step<T>> for Steps<T> {
+    fn from(step: Step<T>) -> Self {
+        Steps::Same(step)
+    }
+}
+
+impl<T> Steps<T> {
+    pub(crate) fn per_node(
+        f: impl Fn(&NodeCtx) -> Option<Step<T>> + Send + Sync + 'static,
+    ) -> Steps<T> {
+        Steps::PerNode(Arc::new(f))
+    }
+
+    pub(crate) fn for_node(&self, ctx: &NodeCtx) -> Option<Step<T>> {
+        match self {
+            Steps::Same(s) => Some(s.clone()),
+            Steps::PerNode(f) => f(ctx),
+        }
+    }
+}
+
+/// Pure decoders shared by many steps.
+pub(crate) mod decode {
+    use redis::{FromRedisValue, Value};
+
+    use crate::quorum::NodeOutcome;
+
+    /// A script that returns 1 when it applied: `Applied(())`, anything else `Rejected(())`.
+    pub(crate) fn one_applied(v: Value) -> redis::RedisResult<NodeOutcome<()>> {
+        let status: i64 = redis::from_redis_value(v)?;
+        Ok(if status == 1 {
+            NodeOutcome::Applied(())
+        } else {
+            NodeOutcome::Rejected(())
+        })
+    }
+
+    /// A script returning `{status, value}`: applied when the status is 1.
+    pub(crate) fn status_pair(v: Value) -> redis::RedisResult<NodeOutcome<(i64, u64)>> {
+        let (status, value): (i64, u64) = redis::from_redis_value(v)?;
+        Ok(if status == 1 {
+            NodeOutcome::Applied((status, value))
+        } else {
+            NodeOutcome::Rejected((status, value))
+        })
+    }
+
+    /// Any reply, converted: always applied.
+    pub(crate) fn value<T: FromRedisValue>(v: Value) -> redis::RedisResult<NodeOutcome<T>> {
+        Ok(NodeOutcome::Applied(redis::from_redis_value(v)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(marker: &str) -> NodeCtx {
+        NodeCtx {
+            node: 1,
+            marker: marker.into(),
+            run_id: "r".into(),
+        }
+    }
+
+    #[test]
+    fn a_request_is_built_as_data() {
+        let r = Request::vote("x");
+        assert_eq!(
+            (r.wait, r.voting_only, r.targets, r.deadline),
+            (Wait::Decided, true, Targets::All, None)
+        );
+        let r = Request::any_node("y", Targets::Only(2)).within(Duration::from_secs(1));
+        assert_eq!(
+            (r.wait, r.voting_only, r.targets, r.deadline),
+            (
+                Wait::All,
+                false,
+                Targets::Only(2),
+                Some(Duration::from_secs(1))
+            )
+        );
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        let r = Request::vote("z").reporting(tx);
+        assert_eq!(
+            r.wait,
+            Wait::All,
+            "a reporting request waits for every node"
+        );
+        assert!(r.report.is_some());
+    }
+
+    #[test]
+    fn targets_select_nodes() {
+        assert!(Targets::All.includes(5));
+        assert!(Targets::Only(2).includes(2) && !Targets::Only(2).includes(1));
+        let set = Targets::of(&[0, 3]);
+        assert!(set.includes(0) && set.includes(3) && !set.includes(1) && !set.includes(64));
+    }
+
+    #[test]
+    fn the_marker_argument_is_the_nodes_own() {
+        let args = vec![Arg::Val(b"a".to_vec()), Arg::Marker];
+        assert_eq!(
+            ScriptCall::resolved_args(&args, "run/c1"),
+            vec![b"a".to_vec(), b"run/c1".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_marker_guard_without_the_marker_is_caught() {
+        static S: std::sync::LazyLock<redis::Script> =
+            std::sync::LazyLock::new(|| redis::Script::new("return 1"));
+        let call = script_call(&S, Guard::Marker).key("k").arg(1);
+        assert!(!call.guard_is_wired(), "no marker argument: not wired");
+        assert!(call.marker().guard_is_wired());
+        assert!(script_call(&S, Guard::None("test")).arg(1).guard_is_wired());
+    }
+
+    #[test]
+    fn a_read_counts_only_under_the_expected_marker() {
+        let c = ctx("run/c1");
+        assert!(c.marker_holds(Some("run/c1")));
+        assert!(!c.marker_holds(None), "a wiped node has no marker");
+        assert!(!c.marker_holds(Some("other/c1")), "another incarnation");
+        assert!(ctx("*").marker_holds(None), "protection off");
+    }
+
+    #[test]
+    fn shared_decoders() {
+        assert_eq!(
+            decode::one_applied(Value::Int(1)).ok(),
+            Some(NodeOutcome::Applied(()))
+        );
+        assert_eq!(
+            decode::one_applied(Value::Int(0)).ok(),
+            Some(NodeOutcome::Rejected(()))
+        );
+        assert_eq!(
+            decode::status_pair(Value::Array(vec![Value::Int(-1), Value::Int(7)])).ok(),
+            Some(NodeOutcome::Rejected((-1, 7)))
+        );
+        assert!(
+            decode::one_applied(Value::SimpleString("OK".into())).is_err(),
+            "an unexpected reply is an error (the node's outcome becomes Unknown)"
+        );
+        assert_eq!(
+            decode::value::<Option<u64>>(Value::Nil).ok(),
+            Some(NodeOutcome::Applied(None))
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! Running a [`Request`] with its [`Steps`] through the one fan-out primitive: per node, the
+//! connection (opened and probed lazily), the voting checks (exclusion, one vote per server),
+//! the step, its decode, all within the per-node deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+use crate::cluster;
+use crate::error::{Error, NoQuorum};
+use crate::node::Node;
+use crate::quorum::fanout::{self, NodeCall};
+use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
+
+use super::request::{stale, Body, NodeCtx, Request, ScriptCall, Step, Steps};
+use super::Client;
+
+/// One node's connection, handed to a [`Step::session`].
+pub(crate) struct NodeConn {
+    pub(crate) ctx: NodeCtx,
+    pub(crate) conn: MultiplexedConnection,
+}
+
+impl NodeConn {
+    /// The node's position in the configuration.
+    pub(crate) fn node(&self) -> usize {
+        self.ctx.node
+    }
+
+    /// The server's run_id when this connection was opened.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.ctx.run_id
+    }
+}
+
+/// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
+type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;
+
+/// What every per-node call of one fan-out shares.
+struct Shared<T> {
+    node_timeout: Duration,
+    voting_only: bool,
+    cluster_id: Option<Arc<str>>,
+    claims: Claims,
+    steps: Steps<T>,
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared {
+            node_timeout: self.node_timeout,
+            voting_only: self.voting_only,
+            cluster_id: self.cluster_id.clone(),
+            claims: self.claims.clone(),
+            steps: self.steps.clone(),
+        }
+    }
+}
+
+impl Client {
+    /// Send `request` to its nodes concurrently, each running its step, and count.
+    pub(crate) async fn send<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: impl Into<Steps<T>>,
+    ) -> Tally<T> {
+        let Request {
+            name,
+            targets,
+            wait,
+            deadline,
+            voting_only,
+            report,
+        } = request;
+        let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
+        // One cluster id for the whole fan-out, and one vote per server: the first node of
+        // this fan-out to reach a server claims it, so a second URL to the same server is
+        // excluded from the very first fan-out (before any probe comparison could notice).
+        let shared = Shared {
+            node_timeout,
+            voting_only,
+            cluster_id: self.verdicts().cluster_id.clone(),
+            claims: Claims::default(),
+            steps: steps.into(),
+        };
+        let calls: Vec<(NodeId, NodeCall<T>)> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| {
+                let call: NodeCall<T> = if targets.includes(node.id.0) {
+                    Box::pin(self.clone().call_node(node.clone(), shared.clone()))
+                } else {
+                    Box::pin(futures::future::ready(NodeOutcome::Unknown(
+                        UnknownCause::Excluded("not asked by this operation".into()),
+                    )))
+                };
+                (node.id, call)
+            })
+            .collect();
+        // The backstop is slightly longer than the node's own deadline, so the node's own
+        // (which also discards the connection) fires first.
+        fanout::fan_out(
+            name,
+            self.inner.majority,
+            node_timeout + Duration::from_millis(5),
+            wait,
+            calls,
+            report,
+        )
+        .await
+    }
+
+    /// [`send`](Self::send), then `Ok` when a majority applied, or [`Error::NoQuorum`]
+    /// naming each node's problem.
+    pub(crate) async fn decide<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: impl Into<Steps<T>>,
+    ) -> Result<Tally<T>, Error> {
+        let name = request.name;
+        let tally = self.send(request, steps).await;
+        self.require_majority(name, tally, |_| String::new())
+    }
+
+    /// Turn a tally into `Ok` when a majority applied, or a [`NoQuorum`] error (`rejected`
+    /// describes a node's refusal).
+    pub(crate) fn require_majority<T>(
+        &self,
+        op: &'static str,
+        tally: Tally<T>,
+        rejected: impl Fn(&T) -> String,
+    ) -> Result<Tally<T>, Error> {
+        if tally.reached() {
+            Ok(tally)
+        } else {
+            Err(NoQuorum::from_tally(op, &tally, &self.inner.urls, rejected).into())
+        }
+    }
+
+    async fn call_node<T>(self, node: Arc<Node>, shared: Shared<T>) -> NodeOutcome<T> {
+        let mut generation = None;
+        let outcome = tokio::time::timeout(shared.node_timeout, async {
+            let lease = match node.connection().await {
+                Ok(l) => l,
+                Err(cause) => return NodeOutcome::Unknown(cause),
+            };
+            generation = Some(lease.generation);
+            if let Some(why) = self.may_not_vote(&node, &shared, &lease.run_id) {
+                return NodeOutcome::Unknown(UnknownCause::Excluded(why));
+            }
+            self.maybe_reprobe(&node);
+            let marker: Arc<str> = if self.inner.config.amnesia_protection {
+                let cluster_id = shared.cluster_id.as_deref().unwrap_or("");
+                cluster::marker_value(&lease.run_id, cluster_id).into()
+            } else {
+                "*".into()
+            };
+            let ctx = NodeCtx {
+                node: node.id.0,
+                marker,
+                run_id: lease.run_id.clone(),
+            };
+            let Some(step) = shared.steps.for_node(&ctx) else {
+                return NodeOutcome::Unknown(UnknownCause::Excluded(
+                    "this operation has nothing for this node".into(),
+                ));
+            };
+            let nc = NodeConn {
+                ctx,
+                conn: lease.conn,
+            };
+            match run_step(nc, step).await {
+                Ok(outcome) => outcome,
+                Err(e) => NodeOutcome::Unknown(node.failed(lease.generation, &e)),
+            }
+        })
+        .await;
+        match outcome {
+            Ok(o) => o,
+            Err(_elapsed) => {
+                if let Some(g) = generation {
+                    node.discard(g);
+                }
+                NodeOutcome::Unknown(UnknownCause::Timeout)
+            }
+        }
+    }
+
+    /// Why this node may not answer a voting request now (excluded by its probe, or a second
+    /// URL to a server this fan-out already reached), if it may not. Requests to any node
+    /// (repair, checks) see every URL and count servers themselves.
+    fn may_not_vote<T>(
+        &self,
+        node: &Node,
+        shared: &Shared<T>,
+        run_id: &Arc<str>,
+    ) -> Option<String> {
+        if !shared.voting_only {
+            return None;
+        }
+        if let Some(why) = self.exclusion(node.id.0) {
+            if self.quarantine_reason(node.id.0).is_some() {
+                self.spawn_repair(node.id.0);
+            }
+            return Some(why);
+        }
+        if !self.inner.config.cluster_identity || run_id.is_empty() {
+            return None;
+        }
+        let mut claims = shared.claims.lock().unwrap_or_else(|p| p.into_inner());
+        match claims.iter().find(|(r, _)| r == run_id) {
+            Some((_, first)) if *first != node.id.0 => Some(format!(
+                "the same server as node {first} (run_id), counted once"
+            )),
+            Some(_) => None,
+            None => {
+                claims.push((run_id.clone(), node.id.0));
+                None
+            }
+        }
+    }
+
+    fn maybe_reprobe(&self, node: &Arc<Node>) {
+        if node.probe_is_stale(self.inner.config.recheck_interval) && node.begin_reprobe() {
+            let node = node.clone();
+            let timeout = self.inner.config.node_timeout;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, node.reprobe()).await;
+                node.end_reprobe();
+            });
+        }
+    }
+}
+
+/// Run one step on one node's connection.
+async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<NodeOutcome<T>> {
+    let (body, decode) = match step {
+        Step::Session(session) => return session(nc).await,
+        Step::Wire { body, decode } => (body, decode),
+    };
+    match body {
+        Body::Script {
+            script,
+            keys,
+            args,
+            guard,
+        } => {
+            // The guard is a declaration: a marker-guarded script carries the marker (or a
+            // marker of the caller's choosing) among its arguments (unit-tested per builder).
+            let _ = guard;
+            let mut inv = script.prepare_invoke();
+            for k in &keys {
+                inv.key(k);
+            }
+            for a in ScriptCall::resolved_args(&args, &nc.ctx.marker) {
+                inv.arg(a);
+            }
+            let reply: redis::Value = inv.invoke_async(&mut nc.conn).await?;
+            decode(&nc.ctx, reply)
+        }
+        Body::Commands { cmds, checked } => {
+            let mut pipe = redis::pipe();
+            if checked {
+                pipe.cmd("GET")
+                    .arg(crate::keys::fixed_key(crate::keys::KeyKind::Marker));
+            }
+            for c in &cmds {
+                pipe.add_command(c.clone());
+            }
+            let replies: Vec<redis::Value> = pipe.query_async(&mut nc.conn).await?;
+            let mut replies = replies.into_iter();
+            if checked {
+                let marker: Option<String> =
+                    redis::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))?;
+                if !nc.ctx.marker_holds(marker.as_deref()) {
+                    return Ok(stale());
+                }
+            }
+            let mut rest: Vec<redis::Value> = replies.collect();
+            let reply = match rest.len() {
+                1 => rest.pop().unwrap_or(redis::Value::Nil),
+                _ => redis::Value::Array(rest),
+            };
+            decode(&nc.ctx, reply)
+        }
+    }
+}
