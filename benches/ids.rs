@@ -16,7 +16,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 mod support;
 use redis::aio::MultiplexedConnection;
 use redquorum::{Client, Config, IdGenerator};
-use support::{measure, Figures, LocalNodes};
+use redquorum_testkit::LocalNodes;
+use support::{measure, Figures};
 
 /// The seed's algorithm as written: per ID, read the value from a majority, propose max + 1,
 /// set-if-less on every node, succeed with a majority; otherwise retry.

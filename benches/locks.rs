@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{measure, Figures, LocalNodes};
+use redquorum_testkit::LocalNodes;
+use support::{measure, Figures};
 
 use redquorum::{Client, Config, Lock};
 
@@ -94,7 +95,7 @@ async fn main() {
         }
         // One node frozen (SIGSTOP). rslock waits for every node; we wait at most the per-node
         // deadline (TTL/10 capped at 250 ms) and return as soon as a majority answered.
-        nodes.signal(n - 1, "-STOP");
+        nodes.freeze(n - 1);
         println!(" one node frozen, 1 caller:");
         let a = ours(&client, 1, dur * 2, &format!("f{n}")).await;
         row("redquorum Lock", a);
@@ -105,7 +106,7 @@ async fn main() {
             a.ids_per_s / b.ids_per_s
         );
         summary.push((n, 1, "1 frozen", a, b));
-        nodes.signal(n - 1, "-CONT");
+        nodes.thaw(n - 1);
 
         // Fail-over: the holder dies (stops extending, never releases); how long until a
         // waiting acquirer holds the lock, against the TTL.

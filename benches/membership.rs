@@ -10,12 +10,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-mod support;
-use support::LocalNodes;
+use redquorum_testkit::LocalNodes;
 
-use redquorum::membership::assign::moved_fraction;
-use redquorum::membership::{GroupOptions, Member, Ownership, View};
+use redquorum::moved_fraction;
 use redquorum::{Client, Config};
+use redquorum::{GroupOptions, Member, Ownership, View};
 
 fn members(n: usize) -> BTreeSet<String> {
     (0..n).map(|i| format!("m{i:02}")).collect()

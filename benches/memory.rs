@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod support;
-use support::LocalNodes;
+use redquorum_testkit::LocalNodes;
 
-use redquorum::membership::{GroupOptions, Member};
-use redquorum::{Client, Config, IdGenerator, Lock, PeriodicJob};
+use redquorum::{Client, Config, IdGenerator, JobOptions, Lock, PeriodicJob};
+use redquorum::{GroupOptions, Member};
 
 async fn sample(port: u16) -> (u64, u64) {
     let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
@@ -87,9 +86,9 @@ async fn main() {
     {
         let (c, stop, ops) = (client.clone(), stop.clone(), ops.clone());
         tasks.push(tokio::spawn(async move {
-            let job = PeriodicJob::new(&c, "every-period", Duration::from_secs(5))
-                .expect("valid")
-                .with_retained_records(100);
+            let keep = JobOptions::default().with_retained_records(100);
+            let job = PeriodicJob::with_options(&c, "every-period", Duration::from_secs(5), keep)
+                .expect("valid");
             let mut p = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 p += 1;
@@ -134,13 +133,13 @@ async fn main() {
     }
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let first = sample(nodes.ports[0]).await;
+    let first = sample(nodes.port(0)).await;
     let mut last = first;
     let mut peak = first;
     println!("   t (s) | keys on node 0 | used memory (KiB) | operations");
     while started.elapsed() < run {
         tokio::time::sleep(run / 8).await;
-        last = sample(nodes.ports[0]).await;
+        last = sample(nodes.port(0)).await;
         peak = (peak.0.max(last.0), peak.1.max(last.1));
         println!(
             "  {:>6.0} | {:>14} | {:>17} | {}",

@@ -8,8 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-mod support;
-use support::LocalNodes;
+use redquorum_testkit::LocalNodes;
 
 use redis::aio::MultiplexedConnection;
 use redquorum::{Client, Config, IdGenerator};
@@ -104,8 +103,8 @@ async fn main() {
         .await
         .expect("an ID");
     let mut cons = Vec::new();
-    for p in &nodes.ports {
-        cons.push(conn(*p).await);
+    for p in nodes.ports() {
+        cons.push(conn(p).await);
     }
     for con in cons.iter_mut().take(3) {
         populate(con, keys).await;

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redquorum::membership::{GroupOptions, Member, Ownership};
 use redquorum::{Client, Config};
+use redquorum::{GroupOptions, Member, Ownership};
 
 const EMAILS: u64 = 60;
 

@@ -1,30 +1,34 @@
 //! Cluster identity: which servers form the cluster, written on the servers themselves.
 //!
-//! Majorities intersect only if every client counts them over the same set of servers. A
-//! client configured with another node list (an expansion rolled out one service at a time,
-//! a typo, a node swapped for another) would count majorities of a different set: {0, 1} of
-//! [0, 1, 2] and {2, 3, 4} of [0..4] share no server, so both could accept conflicting
-//! values. So the cluster's node list is stored on every node as a *descriptor* (its node
-//! names and an id derived from them), and each node's marker names the descriptor's id
-//! beside its run_id (`<run_id>/<cluster id>`). Every voting script compares the marker with
-//! the one the client expects, atomically with its decision, so a node votes only for
-//! clients that adopted its cluster.
-//!
-//! A client adopts the descriptor its nodes hold (or writes one when it bootstraps a new
-//! cluster) and refuses to run when that descriptor lists another number of nodes, or when
-//! its nodes hold unrelated descriptors: the error names both lists. A node that lost its
-//! marker (wiped, new) is repaired into the cluster only when the client reaches it by a URL
-//! the descriptor lists, so a misconfigured client cannot enlist a stranger. Changing the
-//! node list is an explicit step (see [`Descriptor::succeeding`]) that seals the old cluster
-//! before the new one is marked.
-//!
-//! This module is the pure decision core: no I/O, no clock.
-//!
-//! Architecture invariant: a node votes only while its marker names the cluster the client
-//! adopted, and a client adopts only a descriptor whose node count equals its own.
+//! The guarantees are documented on `Descriptor`.
 
 use serde::{Deserialize, Serialize};
 
+/// Cluster identity: which servers form the cluster, written on the servers themselves.
+///
+/// Majorities intersect only if every client counts them over the same set of servers. A
+/// client configured with another node list (an expansion rolled out one service at a time,
+/// a typo, a node swapped for another) would count majorities of a different set: {0, 1} of
+/// [0, 1, 2] and {2, 3, 4} of [0..4] share no server, so both could accept conflicting
+/// values. So the cluster's node list is stored on every node as a *descriptor* (its node
+/// names and an id derived from them), and each node's marker names the descriptor's id
+/// beside its run_id (`<run_id>/<cluster id>`). Every voting script compares the marker with
+/// the one the client expects, atomically with its decision, so a node votes only for
+/// clients that adopted its cluster.
+///
+/// A client adopts the descriptor its nodes hold (or writes one when it bootstraps a new
+/// cluster) and refuses to run when that descriptor lists another number of nodes, or when
+/// its nodes hold unrelated descriptors: the error names both lists. A node that lost its
+/// marker (wiped, new) is repaired into the cluster only when the client reaches it by a URL
+/// the descriptor lists, so a misconfigured client cannot enlist a stranger. Changing the
+/// node list is an explicit step (see [`Descriptor::succeeding`]) that seals the old cluster
+/// before the new one is marked.
+///
+/// This module is the pure decision core: no I/O, no clock.
+///
+/// Architecture invariant: a node votes only while its marker names the cluster the client
+/// adopted, and a client adopts only a descriptor whose node count equals its own.
+///
 /// A cluster's identity: the names of its nodes and an id derived from them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Descriptor {
@@ -118,21 +122,16 @@ impl Descriptor {
 /// cluster that replaces it (`<run_id>/<old id>#sealed:<new id>`): the node then votes for no
 /// client of the old cluster, and no second change can seal it for another successor (see
 /// [`crate::Client::change_cluster`]).
-pub const SEALED: &str = "#sealed:";
-
-/// The sealed marker of a node of cluster `old` replaced by cluster `new`.
-pub fn sealed_marker(run_id: &str, old: &str, new: &str) -> String {
-    format!("{}{SEALED}{new}", marker_value(run_id, old))
-}
+pub(crate) const SEALED: &str = "#sealed:";
 
 /// The marker value of a node verified for cluster `cluster`: `<run_id>/<cluster id>`.
-pub fn marker_value(run_id: &str, cluster: &str) -> String {
+pub(crate) fn marker_value(run_id: &str, cluster: &str) -> String {
     format!("{run_id}/{cluster}")
 }
 
 /// A marker's parts: the run_id it was written for and the cluster id (None in a marker
 /// written by an older release, which named the run_id only).
-pub fn parse_marker(marker: &str) -> (&str, Option<&str>) {
+pub(crate) fn parse_marker(marker: &str) -> (&str, Option<&str>) {
     match marker.split_once('/') {
         Some((run, cluster)) => (run, Some(cluster)),
         None => (marker, None),
@@ -141,7 +140,7 @@ pub fn parse_marker(marker: &str) -> (&str, Option<&str>) {
 
 /// Which cluster a client's nodes say they form.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Adoption {
+pub(crate) enum Adoption {
     /// No node reached so far holds a descriptor (a new cluster, or nothing reached yet).
     Unknown,
     /// The cluster this client works in.
@@ -152,7 +151,7 @@ pub enum Adoption {
 
 impl Adoption {
     /// The adopted cluster's id, if one is adopted.
-    pub fn id(&self) -> Option<&str> {
+    pub(crate) fn id(&self) -> Option<&str> {
         match self {
             Adoption::Adopted(d) => Some(&d.id),
             _ => None,
@@ -170,7 +169,11 @@ impl Adoption {
 ///   [`Adoption::Refused`], naming the lists.
 ///
 /// `check_count` false is the TEST-ONLY switch that adopts whatever the nodes hold.
-pub fn adopt(ours: &[String], seen: &[Result<Descriptor, String>], check_count: bool) -> Adoption {
+pub(crate) fn adopt(
+    ours: &[String],
+    seen: &[Result<Descriptor, String>],
+    check_count: bool,
+) -> Adoption {
     let mut distinct: Vec<(&Descriptor, usize)> = Vec::new();
     let mut unreadable = None;
     for s in seen {
@@ -248,7 +251,7 @@ fn supersedes(newer: &Descriptor, older: &Descriptor, known: &[&Descriptor]) -> 
 
 /// What a node's marker says about its standing in the adopted cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// Verified for this incarnation in the adopted cluster: it may vote.
     Member,
     /// Must be repaired before it votes (the reason says why); `needs_listing` when the
@@ -264,7 +267,7 @@ pub enum Standing {
 }
 
 /// A node's standing from its marker, its run_id and the adopted cluster.
-pub fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) -> Standing {
+pub(crate) fn standing(marker: Option<&str>, run_id: Option<&str>, adopted: &Adoption) -> Standing {
     let q = |reason: String, needs_listing: bool| Standing::Quarantined {
         reason,
         needs_listing,

@@ -67,16 +67,7 @@ impl NodeUrl {
         if port == 0 {
             return Err(malformed("port 0".into()));
         }
-        let db_path = parsed.path().trim_start_matches('/');
-        let db: i64 = if db_path.is_empty() {
-            0
-        } else {
-            db_path
-                .parse()
-                .ok()
-                .filter(|d| (0..=15_999).contains(d))
-                .ok_or_else(|| malformed(format!("database must be a number, got {db_path:?}")))?
-        };
+        let db = parse_db(parsed.path()).map_err(malformed)?;
         if parsed.query().is_some() {
             return Err(malformed("query parameters are not supported".into()));
         }
@@ -85,39 +76,20 @@ impl NodeUrl {
         let info = raw
             .into_connection_info()
             .map_err(|e| malformed(scrub(&e.to_string(), secret.as_deref())))?;
-        let scheme = parsed.scheme();
-        let auth = match (&secret, user.is_empty()) {
-            (Some(_), true) => ":***@".to_string(),
-            (Some(_), false) => format!("{user}:***@"),
-            (None, false) => format!("{user}@"),
-            (None, true) => String::new(),
+        let shown = Shown {
+            scheme: parsed.scheme(),
+            user: &user,
+            has_password: secret.is_some(),
+            host: &host,
+            port,
+            db,
+            fragment: parsed.fragment(),
         };
-        let host_shown = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.clone()
-        };
-        let db_shown = if db == 0 {
-            String::new()
-        } else {
-            format!("/{db}")
-        };
-        let fragment = parsed
-            .fragment()
-            .map(|f| format!("#{f}"))
-            .unwrap_or_default();
         Ok(NodeUrl {
             info,
-            redacted: format!("{scheme}://{auth}{host_shown}:{port}{db_shown}{fragment}"),
-            name: format!(
-                "{scheme}://{}{host_shown}:{port}{db_shown}",
-                if user.is_empty() {
-                    String::new()
-                } else {
-                    format!("{user}@")
-                }
-            ),
-            identity: format!("{scheme}://{user}@{host_shown}:{port}/{db}"),
+            redacted: shown.redacted(),
+            name: shown.name(),
+            identity: shown.identity(),
             secret,
         })
     }
@@ -606,6 +578,94 @@ pub enum ConfigError {
     /// `REDQUORUM_NODES` is not valid Unicode.
     #[error("{NODES_ENV} is not valid UTF-8")]
     EnvNotUnicode,
+}
+
+/// The database of a URL path (`/3`): 0 when absent, at most 15999.
+fn parse_db(path: &str) -> Result<i64, String> {
+    let db_path = path.trim_start_matches('/');
+    if db_path.is_empty() {
+        return Ok(0);
+    }
+    db_path
+        .parse()
+        .ok()
+        .filter(|d| (0..=15_999).contains(d))
+        .ok_or_else(|| format!("database must be a number, got {db_path:?}"))
+}
+
+/// The parts of a node URL as shown: in logs (redacted), in a cluster descriptor (name),
+/// and to compare two URLs (identity).
+struct Shown<'a> {
+    scheme: &'a str,
+    user: &'a str,
+    has_password: bool,
+    host: &'a str,
+    port: u16,
+    db: i64,
+    fragment: Option<&'a str>,
+}
+
+impl Shown<'_> {
+    fn host(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.to_string()
+        }
+    }
+
+    fn db(&self) -> String {
+        if self.db == 0 {
+            String::new()
+        } else {
+            format!("/{}", self.db)
+        }
+    }
+
+    /// `scheme://user:***@host:port/db#fragment`: the password replaced.
+    fn redacted(&self) -> String {
+        let auth = match (self.has_password, self.user.is_empty()) {
+            (true, true) => ":***@".to_string(),
+            (true, false) => format!("{}:***@", self.user),
+            (false, false) => format!("{}@", self.user),
+            (false, true) => String::new(),
+        };
+        let fragment = self.fragment.map(|f| format!("#{f}")).unwrap_or_default();
+        format!(
+            "{}://{auth}{}:{}{}{fragment}",
+            self.scheme,
+            self.host(),
+            self.port,
+            self.db()
+        )
+    }
+
+    /// `scheme://user@host:port/db`: no password, no fragment.
+    fn name(&self) -> String {
+        let user = if self.user.is_empty() {
+            String::new()
+        } else {
+            format!("{}@", self.user)
+        };
+        format!(
+            "{}://{user}{}:{}{}",
+            self.scheme,
+            self.host(),
+            self.port,
+            self.db()
+        )
+    }
+
+    fn identity(&self) -> String {
+        format!(
+            "{}://{}@{}:{}/{}",
+            self.scheme,
+            self.user,
+            self.host(),
+            self.port,
+            self.db
+        )
+    }
 }
 
 #[cfg(test)]

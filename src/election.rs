@@ -1,19 +1,7 @@
 //! Leader election over the quorum nodes: the leader is the holder of a fenced lease, and the
 //! leadership **term is the lease's fencing token**.
 //!
-//! # Guarantees
-//! Those of [`crate::lock`]: at most one leader within validity; every term is greater than
-//! every earlier term; a leader learns of its loss ([`Leadership::lost`]) no later than the end
-//! of its validity. A resigning leader's successor is woken at once (release notifications);
-//! a crashed leader's successor takes over within the TTL plus one retry delay.
-//!
-//! # Not guaranteed
-//! Leadership alone never authorizes an unfenced side effect: write with the term
-//! ([`Leadership::term`]) and let the resource reject lower terms ([`crate::fencing`]).
-//! [`Election::leader`] and [`Election::observe`] report what a majority said at the time of
-//! reading; the answer may be stale by the time it is used. No node clock ends a lease, so a
-//! leader that crashed is still reported until a campaigning candidate takes its lease over
-//! (within the TTL plus one poll when any candidate campaigns).
+//! The guarantees are documented on `Election`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +13,25 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::error::Error;
 use crate::fencing::FencingToken;
-use crate::lock::{Holder, Lock, LockGuard, LossReason};
+use crate::lock::{Holder, Lock, LockGuard, LockOptions, LossReason};
 
+/// Leader election over the quorum nodes: the leader is the holder of a fenced lease, and the
+/// leadership **term is the lease's fencing token**.
+///
+/// # Guarantees
+/// Those of [`crate::lock`]: at most one leader within validity; every term is greater than
+/// every earlier term; a leader learns of its loss ([`Leadership::lost`]) no later than the end
+/// of its validity. A resigning leader's successor is woken at once (release notifications);
+/// a crashed leader's successor takes over within the TTL plus one retry delay.
+///
+/// # Not guaranteed
+/// Leadership alone never authorizes an unfenced side effect: write with the term
+/// ([`Leadership::term`]) and let the resource reject lower terms ([`crate::fencing`]).
+/// [`Election::leader`] and [`Election::observe`] report what a majority said at the time of
+/// reading; the answer may be stale by the time it is used. No node clock ends a lease, so a
+/// leader that crashed is still reported until a campaigning candidate takes its lease over
+/// (within the TTL plus one poll when any candidate campaigns).
+///
 /// A named election among candidates.
 #[derive(Clone, Debug)]
 pub struct Election {
@@ -62,29 +67,39 @@ impl Election {
         ttl: Duration,
         candidate: &str,
     ) -> Result<Election, Error> {
-        Election::on_lock(Lock::new(client, name, ttl)?, candidate)
+        Election::with_options(client, name, ttl, candidate, LockOptions::default())
     }
 
-    /// An election over an existing lock (internal key kinds for group leaders).
-    pub(crate) fn on_lock(lock: Lock, candidate: &str) -> Result<Election, Error> {
+    /// An election whose leadership lease takes `options` (for example
+    /// [`LockOptions::with_max_hold`] to bound one leader's term); the holder description is
+    /// the candidate ID.
+    ///
+    /// # Errors
+    /// As [`Election::new`].
+    pub fn with_options(
+        client: &Client,
+        name: &str,
+        ttl: Duration,
+        candidate: &str,
+        options: LockOptions,
+    ) -> Result<Election, Error> {
+        let candidate = Election::candidate_label(candidate)?;
+        let lock = Lock::with_options(client, name, ttl, options.with_holder(&candidate))?;
+        Ok(Election::on_lock(lock, candidate))
+    }
+
+    /// A candidate ID as stored (see [`LockOptions::with_holder`]).
+    pub(crate) fn candidate_label(candidate: &str) -> Result<String, Error> {
         if candidate.trim().is_empty() {
             return Err(Error::InvalidArgument("candidate ID is empty".into()));
         }
-        let lock = lock.with_holder(candidate);
-        let candidate: String = candidate
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(256)
-            .collect();
-        Ok(Election { lock, candidate })
+        Ok(crate::lock::clean_label(candidate))
     }
 
-    /// Bound how long one leader may stay leader (see [`Lock::with_max_hold`]).
-    pub fn with_max_term(self, d: Duration) -> Self {
-        Election {
-            lock: self.lock.with_max_hold(d),
-            ..self
-        }
+    /// An election over a lock whose holder description is `candidate` (internal key kinds
+    /// for group leaders).
+    pub(crate) fn on_lock(lock: Lock, candidate: String) -> Election {
+        Election { lock, candidate }
     }
 
     /// This candidate's ID.
@@ -233,6 +248,30 @@ pub struct PeriodicJob {
     done_key: String,
 }
 
+/// How a [`PeriodicJob`] behaves, given at construction ([`PeriodicJob::with_options`]).
+#[derive(Clone, Debug, Default)]
+pub struct JobOptions {
+    retained: Option<u64>,
+    lock: LockOptions,
+}
+
+impl JobOptions {
+    /// How many completion records to keep (default 1024): after each completion the oldest
+    /// records (lowest tokens) beyond this many are deleted, so the record hash stays bounded.
+    /// A period older than the retained ones is not remembered: asked for again, it runs
+    /// again. At least 1.
+    pub fn with_retained_records(mut self, n: u64) -> Self {
+        self.retained = Some(n.max(1));
+        self
+    }
+
+    /// The options of the job's lease (for example [`LockOptions::with_max_hold`]).
+    pub fn with_lock(mut self, options: LockOptions) -> Self {
+        self.lock = options;
+        self
+    }
+}
+
 /// What [`PeriodicJob::run_period`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobOutcome<T> {
@@ -258,22 +297,26 @@ impl PeriodicJob {
     /// # Errors
     /// As [`Lock::new`].
     pub fn new(client: &Client, name: &str, ttl: Duration) -> Result<PeriodicJob, Error> {
-        let lock = Lock::new(client, name, ttl)?;
+        PeriodicJob::with_options(client, name, ttl, JobOptions::default())
+    }
+
+    /// A job with the given options.
+    ///
+    /// # Errors
+    /// As [`Lock::new`].
+    pub fn with_options(
+        client: &Client,
+        name: &str,
+        ttl: Duration,
+        options: JobOptions,
+    ) -> Result<PeriodicJob, Error> {
+        let lock = Lock::with_options(client, name, ttl, options.lock)?;
         let done_key = crate::keys::Name::new("job", name)?.key(crate::keys::KeyKind::Done);
         Ok(PeriodicJob {
             lock,
             done_key,
-            retained: crate::jobs::RETAINED_RECORDS,
+            retained: options.retained.unwrap_or(crate::jobs::RETAINED_RECORDS),
         })
-    }
-
-    /// How many completion records to keep (default 1024): after each completion the oldest
-    /// records (lowest tokens) beyond this many are deleted, so the record hash stays bounded.
-    /// A period older than the retained ones is not remembered: asked for again, it runs again.
-    /// At least 1.
-    pub fn with_retained_records(mut self, n: u64) -> Self {
-        self.retained = n.max(1);
-        self
     }
 
     /// Run `work` for `period` (for example `"2026-11-22"`) unless it was done already.

@@ -56,7 +56,7 @@ pub enum Error {
         /// The lock.
         name: String,
         /// Why.
-        reason: crate::lock::LossReason,
+        reason: crate::lease::LossReason,
     },
     /// The operation stopped part-way (a change of the node list that could not seal, copy or
     /// mark enough nodes). What it did is safe to keep; run it again to finish.

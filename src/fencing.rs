@@ -1,33 +1,37 @@
 //! Fencing tokens and the resource-side checks that make them count.
 //!
-//! A lease alone never authorizes a side effect: a holder can pause (GC, swap, a stopped VM)
-//! between checking its lease and writing, wake up after another client took the lock, and
-//! write anyway. Every [`LockGuard`](crate::LockGuard) therefore carries a [`FencingToken`],
-//! minted by the majority inside the acquisition itself: a granted token is greater than every
-//! token granted before it for that lock. The resource must reject writes whose token is lower
-//! than the highest it has seen. This module ships that check for the two most common
-//! resources.
-//!
-//! # Redis
-//! [`fenced_set`] runs [`FENCED_SET_LUA`](crate::scripts::FENCED_SET_LUA) on the resource's
-//! Redis (any Redis, not necessarily the quorum nodes): the write is applied only if its token
-//! is at least the highest token seen for that resource, atomically.
-//!
-//! # SQL
-//! Keep the highest token next to the data and make it part of the write's predicate, so the
-//! database itself does the check:
-//!
-//! ```sql
-//! -- once: ALTER TABLE accounts ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;
-//! UPDATE accounts
-//!    SET balance = $1, fence = $2          -- $2 = the fencing token
-//!  WHERE id = $3 AND fence <= $2;          -- rejects writers with an older token
-//! -- 0 rows updated => a newer holder has written: stop, you are no longer the holder.
-//! ```
-//! For inserts, use `INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE accounts.fence <= EXCLUDED.fence`.
+//! The guarantees are documented on `FencingToken`.
 
 use std::fmt;
 
+/// Fencing tokens and the resource-side checks that make them count.
+///
+/// A lease alone never authorizes a side effect: a holder can pause (GC, swap, a stopped VM)
+/// between checking its lease and writing, wake up after another client took the lock, and
+/// write anyway. Every [`LockGuard`](crate::LockGuard) therefore carries a [`FencingToken`],
+/// minted by the majority inside the acquisition itself: a granted token is greater than every
+/// token granted before it for that lock. The resource must reject writes whose token is lower
+/// than the highest it has seen. This module ships that check for the two most common
+/// resources.
+///
+/// # Redis
+/// [`fenced_set`] runs [`FENCED_SET_LUA`](crate::scripts::FENCED_SET_LUA) on the resource's
+/// Redis (any Redis, not necessarily the quorum nodes): the write is applied only if its token
+/// is at least the highest token seen for that resource, atomically.
+///
+/// # SQL
+/// Keep the highest token next to the data and make it part of the write's predicate, so the
+/// database itself does the check:
+///
+/// ```sql
+/// -- once: ALTER TABLE accounts ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;
+/// UPDATE accounts
+///    SET balance = $1, fence = $2          -- $2 = the fencing token
+///  WHERE id = $3 AND fence <= $2;          -- rejects writers with an older token
+/// -- 0 rows updated => a newer holder has written: stop, you are no longer the holder.
+/// ```
+/// For inserts, use `INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE accounts.fence <= EXCLUDED.fence`.
+///
 /// A fencing token: a positive integer below 2^53, strictly increasing across the grants of
 /// one lock. Compare tokens, never anything else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

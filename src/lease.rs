@@ -1,34 +1,40 @@
 //! The pure decision core of every lease: validity, watching, takeover and expiry, with time
 //! passed in. No I/O, no clock reads, no Redis: table-tested below.
 //!
-//! # The rule this module implements
-//! No safety decision reads a node's wall clock (Redis key expiry included): a node's clock may
-//! step at any time. Only the clients' monotonic clocks decide, and they are assumed to run at
-//! a rate within [`MAX_DRIFT_RATE`] of real time.
-//! - **Holder side.** A lease (or membership beat) is valid on its holder from the *send* time
-//!   of its last write that a majority applied, for `ttl - drift(ttl)`.
-//! - **Watcher side.** Another client may treat a lease as over only after it has seen the same
-//!   value (which never repeats: a random per-acquisition value plus a version that every
-//!   extension bumps), on the same node incarnation (`run_id`), for `ttl + drift(ttl)` counted
-//!   from the *receipt* of the first reply that showed it. For a lock it then replaces exactly
-//!   that value by compare-and-swap, bound to that incarnation.
-//!
-//! Why that is enough: let E be the holder's last write applied on a majority M_E, sent at s.
-//! The watcher acts on a majority M_W whose every node showed an unchanged value from its
-//! first reading r_n to its last (or its compare-and-swap) c_n. M_E and M_W share a node n. E
-//! cannot have been applied at n between r_n and c_n (the value would have changed, and values
-//! never repeat on one incarnation), nor after c_n (a lock's key is then someone else's, so E
-//! is rejected there; for a beat, see the membership docs), so it was applied before r_n, and
-//! s < r_n. The holder's validity ends at s + ttl - drift on its clock; the watcher acts at
-//! r_n + ttl + drift or later on its clock: with rates within [`MAX_DRIFT_RATE`] of real time,
-//! the first comes first. A node that restarts or loses its data changes its `run_id`, which
-//! restarts every watch of it, and a compare-and-swap carries the incarnation it watched.
+//! The guarantees are documented on `MAX_DRIFT_RATE`.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The pure decision core of every lease: validity, watching, takeover and expiry, with time
+/// passed in. No I/O, no clock reads, no Redis: table-tested below.
+///
+/// # The rule this module implements
+/// No safety decision reads a node's wall clock (Redis key expiry included): a node's clock may
+/// step at any time. Only the clients' monotonic clocks decide, and they are assumed to run at
+/// a rate within [`MAX_DRIFT_RATE`] of real time.
+/// - **Holder side.** A lease (or membership beat) is valid on its holder from the *send* time
+///   of its last write that a majority applied, for `ttl - drift(ttl)`.
+/// - **Watcher side.** Another client may treat a lease as over only after it has seen the same
+///   value (which never repeats: a random per-acquisition value plus a version that every
+///   extension bumps), on the same node incarnation (`run_id`), for `ttl + drift(ttl)` counted
+///   from the *receipt* of the first reply that showed it. For a lock it then replaces exactly
+///   that value by compare-and-swap, bound to that incarnation.
+///
+/// Why that is enough: let E be the holder's last write applied on a majority M_E, sent at s.
+/// The watcher acts on a majority M_W whose every node showed an unchanged value from its
+/// first reading r_n to its last (or its compare-and-swap) c_n. M_E and M_W share a node n. E
+/// cannot have been applied at n between r_n and c_n (the value would have changed, and values
+/// never repeat on one incarnation), nor after c_n (a lock's key is then someone else's, so E
+/// is rejected there; for a beat, see the membership docs), so it was applied before r_n, and
+/// s < r_n. The holder's validity ends at s + ttl - drift on its clock; the watcher acts at
+/// r_n + ttl + drift or later on its clock: with rates within [`MAX_DRIFT_RATE`] of real time,
+/// the first comes first. A node that restarts or loses its data changes its `run_id`, which
+/// restarts every watch of it, and a compare-and-swap carries the incarnation it watched.
+///
 /// The largest rate difference between a client's monotonic clock and real time that the
 /// margins cover: 0.5 %. (NTP slews a clock by at most 0.05 %.)
 pub const MAX_DRIFT_RATE: f64 = 0.005;
@@ -383,6 +389,34 @@ impl Beats {
             .collect();
         for k in gone {
             self.watches.remove(&k);
+        }
+    }
+}
+
+/// Why a lease ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A majority no longer holds this holder's value (expired there, or someone else has it).
+    Conflict,
+    /// Extensions could not reach a majority before the validity deadline.
+    NoQuorum(String),
+    /// The validity deadline was reached without a successful extension.
+    Expired,
+    /// The configured bound on hold time or extensions was reached.
+    HoldBoundReached,
+    /// Released by its holder.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossReason::Conflict => f.write_str("a majority no longer holds this lease"),
+            LossReason::NoQuorum(why) => write!(f, "could not extend on a majority: {why}"),
+            LossReason::Expired => f.write_str("validity deadline reached without an extension"),
+            LossReason::HoldBoundReached => f.write_str("hold-time or extension bound reached"),
+            LossReason::Released => f.write_str("released"),
         }
     }
 }

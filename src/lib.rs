@@ -39,32 +39,41 @@
 
 mod client;
 mod clock;
-pub mod cluster;
+mod cluster;
 mod config;
 mod election;
 mod error;
-pub mod fencing;
-pub mod id;
+mod fencing;
+mod id;
 mod jobs;
 mod keys;
-pub mod lease;
-pub mod lock;
-pub mod membership;
+mod lease;
+mod lock;
+mod membership;
 mod node;
-pub mod quorum;
+mod quorum;
 mod repair;
-pub mod safety;
+mod safety;
 mod scripts;
 
+// Every public item has exactly one path: here.
 pub use client::Client;
+pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
-pub use election::{Election, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
+pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
-pub use fencing::FencingToken;
-pub use id::IdGenerator;
+pub use fencing::{fenced_set, FencedWrite, FencingToken};
+pub use id::{IdGenerator, IdOptions, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_JUMP, MAX_IDS_PER_CALL};
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use lease::MAX_DRIFT_RATE;
-pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LossReason};
+pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LockOptions, LossReason, MAX_TTL, MIN_TTL};
+pub use membership::{
+    moved_fraction, Assignment, Drain, DrainHook, GroupOptions, Member, Ownership, View, ViewState,
+    ViewVersion,
+};
+#[cfg(feature = "test-util")]
+pub use membership::{ReadingForTests, ViewRegisterForTests};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
 pub use repair::ClusterChange;
+pub use safety::{clock_skews, Finding, NodeReport, Probe, Severity};
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};

@@ -1,15 +1,7 @@
 //! Node safety checks: typed findings about each node's configuration, and the verdict on
 //! whether the node may vote.
 //!
-//! The promises of this crate assume every voting node persists each write before replying
-//! (`appendonly yes`, `appendfsync always`, the last AOF write succeeded), never evicts keys
-//! (`maxmemory-policy noeviction`), is counted once, and keeps its data across restarts. This
-//! module turns what a node reports (`INFO`, `CONFIG GET`) into [`Finding`]s. Parsing and
-//! judging are pure functions; the I/O lives in the (private) `node` module.
-//!
-//! Architecture invariant: a setting that could not be read is reported as unverified, never
-//! as OK; in strict mode an unverified fsync policy excludes the node unless the operator
-//! attested it.
+//! The guarantees are documented on `NodeReport`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -252,6 +244,19 @@ impl Probe {
     }
 }
 
+/// Node safety checks: typed findings about each node's configuration, and the verdict on
+/// whether the node may vote.
+///
+/// The promises of this crate assume every voting node persists each write before replying
+/// (`appendonly yes`, `appendfsync always`, the last AOF write succeeded), never evicts keys
+/// (`maxmemory-policy noeviction`), is counted once, and keeps its data across restarts. This
+/// module turns what a node reports (`INFO`, `CONFIG GET`) into [`Finding`]s. Parsing and
+/// judging are pure functions; the I/O lives in the (private) `node` module.
+///
+/// Architecture invariant: a setting that could not be read is reported as unverified, never
+/// as OK; in strict mode an unverified fsync policy excludes the node unless the operator
+/// attested it.
+///
 /// One node's row in a safety check.
 #[derive(Clone, Debug)]
 pub struct NodeReport {
@@ -292,7 +297,7 @@ impl NodeReport {
 
 /// Mark later nodes that share a `run_id` with an earlier node. Pure: takes each node's
 /// `run_id` (None when unknown) and returns, per node, the earlier node it duplicates.
-pub fn duplicate_servers(run_ids: &[Option<&str>]) -> Vec<Option<NodeId>> {
+pub(crate) fn duplicate_servers(run_ids: &[Option<&str>]) -> Vec<Option<NodeId>> {
     run_ids
         .iter()
         .enumerate()

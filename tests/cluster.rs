@@ -11,7 +11,7 @@ mod common;
 use common::init_tracing;
 use std::time::Duration;
 
-use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock};
+use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock, LockOptions};
 use redquorum_testkit::Cluster;
 
 fn config(urls: &[String], protected: bool) -> Config {
@@ -46,9 +46,9 @@ async fn another_node_list(protected: bool) -> Result<String, Error> {
 
     cluster.node(2).freeze().await;
     let x = ids_a.next_id().await.expect("A's majority {0, 1}");
-    let guard_a = Lock::new(&a, "exclusive", Duration::from_secs(10))
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard_a = Lock::with_options(&a, "exclusive", Duration::from_secs(10), manual)
         .expect("valid")
-        .with_auto_extend(false)
         .try_acquire()
         .await
         .expect("A holds the lease through {0, 1}");

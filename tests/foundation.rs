@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, eventually, init_tracing, ms, percentile};
-use redquorum::safety::Finding;
+use redquorum::Finding;
 use redquorum::{Client, Config, Error, NodeId, NodeOutcome, SafetyMode, UnknownCause};
 use redquorum_testkit::{Cluster, NodeSpec};
 use tokio::time::Instant;
@@ -323,8 +323,7 @@ async fn a_restart_is_noticed_by_run_id() {
     )
     .await;
     let after = client.check().await;
-    let run_id =
-        |r: &redquorum::safety::NodeReport| r.probe.as_ref().and_then(|p| p.run_id.clone());
+    let run_id = |r: &redquorum::NodeReport| r.probe.as_ref().and_then(|p| p.run_id.clone());
     assert_ne!(
         run_id(&before[1]),
         run_id(&after[1]),

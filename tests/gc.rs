@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{client, eventually, init_tracing};
-use redquorum::membership::{GroupOptions, Member};
-use redquorum::{JobOutcome, PeriodicJob};
+use redquorum::{GroupOptions, Member};
+use redquorum::{JobOptions, JobOutcome, PeriodicJob};
 use redquorum_testkit::Cluster;
 
 async fn hlen(cluster: &Cluster, key: &str) -> Vec<u64> {
@@ -81,9 +81,9 @@ async fn completion_records_beyond_the_retained_ones_are_collected() {
     init_tracing();
     let cluster = Cluster::start(3).await;
     let c = client(&cluster.urls()).await;
-    let job = PeriodicJob::new(&c, "nightly", Duration::from_secs(2))
-        .expect("valid")
-        .with_retained_records(5);
+    let keep_five = JobOptions::default().with_retained_records(5);
+    let job =
+        PeriodicJob::with_options(&c, "nightly", Duration::from_secs(2), keep_five).expect("valid");
     for day in 1..=12 {
         let out = job
             .run_period(

@@ -12,7 +12,8 @@ mod common;
 use std::time::Duration;
 
 use common::init_tracing;
-use redquorum::{Client, Config, Error, Lock, LockGuard};
+use redquorum::{Client, Config, Error, Lock, LockGuard, LockOptions};
+use redquorum_testkit::checker::{check_tenures, Tenure};
 use redquorum_testkit::{Cluster, TestNode};
 use tokio::time::Instant;
 
@@ -87,9 +88,9 @@ async fn holds_copy(node: &TestNode, token: u64) -> bool {
 /// re-creates A's copy on node 2).
 async fn start_story(cluster: &Cluster, a: &Client) -> LockGuard {
     cluster.node(2).kill().await;
-    let guard_a = Lock::new(a, "stepped", TTL)
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard_a = Lock::with_options(a, "stepped", TTL, manual)
         .expect("valid lock")
-        .with_auto_extend(false)
         .try_acquire()
         .await
         .expect("A acquires on nodes 0 and 1 while node 2 is down");
@@ -212,15 +213,6 @@ async fn without_the_protection_a_nodes_clock_step_admits_two_holders() {
     println!("unprotected case A, as expected: {}", v.unwrap_or_default());
 }
 
-/// One holder's tenure as the holder saw it.
-#[derive(Clone, Debug)]
-struct Tenure {
-    who: usize,
-    token: u64,
-    from: Instant,
-    until: Instant,
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_steps_forward_and_back_on_one_node_after_another_never_admit_two_holders() {
     init_tracing();
@@ -246,10 +238,10 @@ async fn clock_steps_forward_and_back_on_one_node_after_another_never_admit_two_
                 let _ = g.release().await;
                 if held {
                     tenures.lock().expect("tenures").push(Tenure {
-                        who,
+                        holder: format!("client {who}"),
                         token,
-                        from,
-                        until,
+                        start: from,
+                        end: until,
                     });
                 }
             }
@@ -276,21 +268,9 @@ async fn clock_steps_forward_and_back_on_one_node_after_another_never_admit_two_
     for r in racers {
         r.await.expect("racer");
     }
-    let mut t = tenures.lock().expect("tenures").clone();
+    let t = tenures.lock().expect("tenures").clone();
     println!("{} tenures under {} clock steps", t.len(), steps.len());
     assert!(t.len() >= 5, "progress: only {} tenures in 9 s", t.len());
-    t.sort_by_key(|x| x.from);
-    for w in t.windows(2) {
-        assert!(
-            w[1].from >= w[0].until,
-            "two holders at once: client {} (token {}) until {:?} and client {} (token {}) from {:?}",
-            w[0].who,
-            w[0].token,
-            w[0].until,
-            w[1].who,
-            w[1].token,
-            w[1].from
-        );
-        assert!(w[1].token > w[0].token, "tokens must increase with tenures");
-    }
+    // No two holders at once, and tokens increasing with the tenures.
+    check_tenures(&t).unwrap_or_else(|e| panic!("checker: {e}"));
 }

@@ -1,6 +1,7 @@
 //! Fenced leases against real nodes: fencing a paused holder, the loss signal, a frozen
 //! node's cost, extension and release rules, racing clients, restarts; and the checkers
-//! failing when the protection is off.
+//! (the tenure checker is `redquorum_testkit::checker::check_tenures`) failing when the
+//! protection is off.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -10,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{init_tracing, ms, percentile};
-use redquorum::fencing::{fenced_set, FencedWrite};
-use redquorum::{Client, Config, Error, Lock, LossReason};
+use redquorum::{fenced_set, FencedWrite};
+use redquorum::{Client, Config, Error, Lock, LockOptions, LossReason};
+use redquorum_testkit::checker::{check_tenures, Tenure, TenureViolation};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
@@ -229,9 +231,9 @@ async fn a_lapsed_lease_is_taken_over_only_after_its_ttl_unchanged_and_its_late_
     let b = client(cluster.urls()).await;
     // The per-node deadline is TTL/10: keep it well above a loaded CI machine's stalls.
     let ttl = Duration::from_millis(1000);
-    let guard_a = Lock::new(&a, "expiry", ttl)
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard_a = Lock::with_options(&a, "expiry", ttl, manual)
         .unwrap()
-        .with_auto_extend(false)
         .try_acquire()
         .await
         .unwrap();
@@ -304,36 +306,6 @@ async fn a_lapsed_lease_is_taken_over_only_after_its_ttl_unchanged_and_its_late_
     );
 }
 
-/// One holder's tenure as the holder saw it.
-#[derive(Clone, Debug)]
-struct Tenure {
-    who: String,
-    token: u64,
-    from: Instant,
-    until: Instant,
-}
-
-/// At most one valid holder at any time: tenures sorted by start must not overlap, and
-/// tokens must increase with them.
-fn check_tenures(mut t: Vec<Tenure>) -> Result<(), String> {
-    t.sort_by_key(|x| x.from);
-    for w in t.windows(2) {
-        if w[1].from < w[0].until {
-            return Err(format!(
-                "two holders at once: {} (token {}) until {:?} and {} (token {}) from {:?}",
-                w[0].who, w[0].token, w[0].until, w[1].who, w[1].token, w[1].from
-            ));
-        }
-        if w[1].token <= w[0].token {
-            return Err(format!(
-                "token did not increase: {} then {}",
-                w[0].token, w[1].token
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_racing_clients_never_hold_at_once_and_make_progress() {
     init_tracing();
@@ -357,10 +329,10 @@ async fn thirty_two_racing_clients_never_hold_at_once_and_make_progress() {
                 let token = g.token().get();
                 g.release().await.unwrap();
                 tenures.lock().unwrap().push(Tenure {
-                    who: format!("client{i}"),
+                    holder: format!("client{i}"),
                     token,
-                    from,
-                    until,
+                    start: from,
+                    end: until,
                 });
             }
         }));
@@ -375,7 +347,7 @@ async fn thirty_two_racing_clients_never_hold_at_once_and_make_progress() {
         "progress: only {} acquisitions in 6 s",
         tenures.len()
     );
-    check_tenures(tenures).unwrap_or_else(|e| panic!("checker: {e}"));
+    check_tenures(&tenures).unwrap_or_else(|e| panic!("checker: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,23 +387,26 @@ async fn with_a_quorum_of_half_the_tenure_checker_catches_two_holders() {
     let from_b = Instant::now();
     let tenures = vec![
         Tenure {
-            who: "A".into(),
+            holder: "A".into(),
             token: ga.token().get(),
-            from: from_a,
-            until: ga.valid_until(),
+            start: from_a,
+            end: ga.valid_until(),
         },
         Tenure {
-            who: "B".into(),
+            holder: "B".into(),
             token: gb.token().get(),
-            from: from_b,
-            until: gb.valid_until(),
+            start: from_b,
+            end: gb.valid_until(),
         },
     ];
-    let verdict = check_tenures(tenures);
-    println!("checker with a quorum of N/2: {verdict:?}");
+    let verdict = check_tenures(&tenures);
+    match &verdict {
+        Ok(()) => println!("checker with a quorum of N/2: no violation"),
+        Err(e) => println!("checker with a quorum of N/2: {e}"),
+    }
     assert!(
-        verdict.is_err(),
-        "two disjoint quorums of two give two holders; the checker must say so"
+        matches!(verdict, Err(TenureViolation::Overlap { .. })),
+        "two disjoint quorums of two give two holders; the checker must say so: {verdict:?}"
     );
 }
 

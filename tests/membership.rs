@@ -14,8 +14,9 @@ use common::{init_tracing, ms};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use redquorum::membership::{Assignment, Drain, DrainHook, GroupOptions, Member, Ownership};
+use redquorum::{Assignment, Drain, DrainHook, GroupOptions, Member, Ownership};
 use redquorum::{Client, Config};
+use redquorum_testkit::checker::{self, OwnerViolation, OwnershipInterval};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
@@ -49,41 +50,44 @@ fn intervals(
     out
 }
 
-/// I1: no task is owned by two members at the same instant.
-fn check_single_owner(histories: &[(String, History)], end: Instant) -> Result<(), String> {
-    let all: Vec<(String, Instant, Instant, Assignment)> = histories
-        .iter()
-        .flat_map(|(m, h)| {
-            intervals(h, end)
-                .into_iter()
-                .map(move |(f, u, a)| (m.clone(), f, u, a))
-        })
-        .collect();
-    for task in 0..TASKS {
-        let mut owned: Vec<&(String, Instant, Instant, Assignment)> = all
-            .iter()
-            .filter(|(_, f, u, a)| f < u && a.covers(task))
-            .collect();
-        owned.sort_by_key(|(_, f, _, _)| *f);
-        for (i, x) in owned.iter().enumerate() {
-            for y in &owned[i + 1..] {
-                if y.1 >= x.2 {
-                    break;
-                }
-                if x.0 != y.0 {
-                    return Err(format!(
-                        "task {task} owned by {} (view {:?}) and {} (view {:?}) at once, overlapping {}",
-                        x.0,
-                        x.3.version,
-                        y.0,
-                        y.3.version,
-                        ms(x.2.min(y.2) - y.1)
-                    ));
-                }
+/// I1 (no task is owned by two members at the same instant) over members' histories: every
+/// interval of [`intervals`] (closed at `end`), one per task its assignment covers, checked by
+/// the test kit's single-owner checker.
+fn check_single_owner(histories: &[(String, History)], end: Instant) -> Result<(), OwnerViolation> {
+    checker::check_single_owner(&ownership(histories, end))
+}
+
+/// The checker's verdict for printing: what broke, or that nothing did.
+fn verdict_line(verdict: &Result<(), OwnerViolation>) -> String {
+    match verdict {
+        Ok(()) => "no task had two owners".to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The members' histories as ownership intervals of tasks `0..TASKS` (empty intervals dropped).
+fn ownership(histories: &[(String, History)], end: Instant) -> Vec<OwnershipInterval> {
+    let mut out = Vec::new();
+    for (member, history) in histories {
+        for (from, until, a) in intervals(history, end) {
+            if from >= until {
+                continue;
             }
+            let detail = format!("view {:?}, {:?}", a.version, a.state);
+            out.extend(
+                (0..TASKS)
+                    .filter(|t| a.covers(*t))
+                    .map(|task| OwnershipInterval {
+                        owner: member.clone(),
+                        unit: task,
+                        detail: detail.clone(),
+                        start: from,
+                        end: until,
+                    }),
+            );
         }
     }
-    Ok(())
+    out
 }
 
 async fn join(urls: &[String], id: &str, opts: GroupOptions) -> Member {
@@ -117,7 +121,7 @@ async fn until_settled(members: &[&Member], replicas: u32, limit: Duration) -> D
     }
 }
 
-async fn scenario(barrier: bool) -> (Result<(), String>, Vec<String>) {
+async fn scenario(barrier: bool) -> (Result<(), OwnerViolation>, Vec<String>) {
     let cluster = Cluster::start(3).await;
     let urls = cluster.urls();
     // Every member drains through a hook that checks what it gives up and counts its calls.
@@ -296,7 +300,10 @@ async fn joins_leaves_and_crashes_never_give_a_task_two_owners() {
 async fn without_the_transition_barrier_the_checker_finds_a_double_owner() {
     init_tracing();
     let (verdict, notes) = scenario(false).await;
-    println!("{notes:?}\nchecker with the barrier off: {verdict:?}");
+    println!(
+        "{notes:?}\nchecker with the barrier off: {}",
+        verdict_line(&verdict)
+    );
     assert!(
         verdict.is_err(),
         "without the barrier some task must have two owners at once"
@@ -325,7 +332,7 @@ fn fault_opts(interval: Duration) -> GroupOptions {
 /// Member M's beats reach only nodes 0 and 1 (its client's node 2 is a dead address); M's
 /// process freezes right after a beat, and node 1 (the only other copy of M's beat) is wiped.
 /// Returns the checker's verdict over every member's history.
-async fn lost_beat_copy(protected: bool) -> Result<(), String> {
+async fn lost_beat_copy(protected: bool) -> Result<(), OwnerViolation> {
     init_tracing();
     let interval = Duration::from_secs(4);
     let cluster = Cluster::start(3).await;
@@ -374,7 +381,10 @@ async fn a_wiped_node_that_held_a_members_only_other_beat_copy_gives_no_task_two
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_protection_a_lost_beat_copy_gives_a_task_two_owners() {
     let verdict = lost_beat_copy(false).await;
-    println!("checker with server-clock rules: {verdict:?}");
+    println!(
+        "checker with server-clock rules: {}",
+        verdict_line(&verdict)
+    );
     assert!(
         verdict.is_err(),
         "with expiry judged from presence on a majority of answers and no beat restore, the \
@@ -384,7 +394,7 @@ async fn without_the_protection_a_lost_beat_copy_gives_a_task_two_owners() {
 
 /// Two processes join with one member ID (and a third with another); returns whether the
 /// duplicate was reported, and the checker's verdict (histories labelled per process).
-async fn one_id_two_processes(protected: bool) -> (bool, Result<(), String>) {
+async fn one_id_two_processes(protected: bool) -> (bool, Result<(), OwnerViolation>) {
     init_tracing();
     let cluster = Cluster::start(3).await;
     let urls = cluster.urls();
@@ -434,7 +444,7 @@ async fn two_processes_with_one_member_id_are_two_members_and_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_per_process_keys_two_processes_with_one_id_own_the_same_tasks() {
     let (_, verdict) = one_id_two_processes(false).await;
-    println!("checker with one key per ID: {verdict:?}");
+    println!("checker with one key per ID: {}", verdict_line(&verdict));
     assert!(
         verdict.is_err(),
         "two processes sharing one member key must be caught owning the same tasks"

@@ -9,8 +9,8 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::init_tracing;
-use redquorum::membership::{Ownership, View, ViewRegisterForTests, ViewState};
 use redquorum::{Client, Config, Error};
+use redquorum::{Ownership, View, ViewRegisterForTests, ViewState};
 use redquorum_testkit::Cluster;
 
 const TASKS: u64 = 64;

@@ -1,82 +1,10 @@
-//! Shared by the benchmarks: local redis-server processes and a timed concurrent loop.
+//! Shared by the benchmarks: a timed concurrent loop. (The local redis-server nodes they run
+//! against are the test kit's second node backend, `redquorum_testkit::LocalNodes`.)
 #![allow(dead_code, clippy::expect_used, unreachable_pub)]
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Local redis-server processes, removed on drop.
-pub struct LocalNodes {
-    children: Vec<Child>,
-    pub ports: Vec<u16>,
-    _dirs: Vec<tempfile::TempDir>,
-}
-
-impl LocalNodes {
-    pub fn start(n: usize) -> LocalNodes {
-        let mut children = Vec::new();
-        let mut ports = Vec::new();
-        let mut dirs = Vec::new();
-        for _ in 0..n {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port");
-            let dir = tempfile::tempdir().expect("temp dir");
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                ])
-                .args(["--maxmemory-policy", "noeviction", "--save", "", "--dir"])
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis-server is installed (scripts/bench.sh installs it)");
-            children.push(child);
-            ports.push(port);
-            dirs.push(dir);
-        }
-        for port in &ports {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "redis-server on {port} did not start"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        LocalNodes {
-            children,
-            ports,
-            _dirs: dirs,
-        }
-    }
-
-    pub fn urls(&self) -> Vec<String> {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect()
-    }
-}
-
-impl Drop for LocalNodes {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Figures {
@@ -141,13 +69,5 @@ where
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         failures: failures.load(Ordering::Relaxed),
-    }
-}
-
-impl LocalNodes {
-    /// Freeze (SIGSTOP) or thaw (SIGCONT) node `i`.
-    pub fn signal(&self, i: usize, sig: &str) {
-        let pid = self.children[i].id().to_string();
-        let _ = Command::new("kill").args([sig, &pid]).status();
     }
 }

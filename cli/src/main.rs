@@ -252,9 +252,8 @@ async fn check(client: &Client) -> ExitCode {
         "node", "url", "status", "votes", "version", "latency", "run_id", "clock"
     );
     // Each node's wall clock against the median: shown for operators, never used to decide.
-    let skews = redquorum::safety::clock_skews(
-        &reports.iter().map(|r| r.probe.as_ref()).collect::<Vec<_>>(),
-    );
+    let skews =
+        redquorum::clock_skews(&reports.iter().map(|r| r.probe.as_ref()).collect::<Vec<_>>());
     let mut all_safe = true;
     for (r, skew) in reports.iter().zip(skews) {
         let clock = skew.map_or_else(|| "-".to_string(), |ms| format!("{ms:+}ms"));
@@ -321,8 +320,9 @@ async fn lock_run(
     use nix::unistd::Pid;
     use std::os::unix::process::ExitStatusExt;
 
-    let lock = redquorum::Lock::new(client, name, ttl)?
-        .with_holder(&format!("pid {}", std::process::id()));
+    let options =
+        redquorum::LockOptions::default().with_holder(&format!("pid {}", std::process::id()));
+    let lock = redquorum::Lock::with_options(client, name, ttl, options)?;
     let guard = match lock.acquire(wait).await {
         Ok(g) => g,
         Err(e @ (redquorum::Error::LockHeld { .. } | redquorum::Error::Timeout { .. })) => {
@@ -437,7 +437,7 @@ async fn index_watch(
     interval: Duration,
     id: Option<String>,
 ) -> Result<ExitCode, redquorum::Error> {
-    use redquorum::membership::{GroupOptions, Member, ViewState};
+    use redquorum::{GroupOptions, Member, ViewState};
     use std::io::Write;
 
     let id = id.unwrap_or_else(|| {

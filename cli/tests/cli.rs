@@ -572,7 +572,7 @@ async fn frozen_process_scenario(fenced: bool) -> (String, u64, u64) {
         .expect("B acquires after A's TTL");
     let token_b = b.token().get();
     let mut res = resource.node(0).direct_connection().await;
-    let applied = redquorum::fencing::fenced_set(
+    let applied = redquorum::fenced_set(
         &mut res,
         "balance",
         "balance:fence",
@@ -581,7 +581,7 @@ async fn frozen_process_scenario(fenced: bool) -> (String, u64, u64) {
     )
     .await
     .unwrap();
-    assert_eq!(applied, redquorum::fencing::FencedWrite::Applied);
+    assert_eq!(applied, redquorum::FencedWrite::Applied);
 
     // A's command wakes up and writes with its old token while A is still frozen.
     tokio::time::sleep(Duration::from_millis(2500)).await;

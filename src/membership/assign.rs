@@ -208,7 +208,7 @@ impl View {
 /// Dense, sticky indexes: a member keeps its previous index while that index is below the new
 /// member count and not taken; the remaining members fill the free indexes in ID order.
 /// Deterministic: the same inputs give the same output on every instance.
-pub fn sticky_indexes(
+pub(crate) fn sticky_indexes(
     previous: &BTreeMap<String, u32>,
     members: &BTreeSet<String>,
 ) -> BTreeMap<String, u32> {
@@ -234,14 +234,17 @@ pub fn sticky_indexes(
 }
 
 /// The bucket of a task: a stable 64-bit hash (xxh3) modulo `count` (at least 1).
-pub fn bucket_of(task: &[u8], count: u32) -> u32 {
+pub(crate) fn bucket_of(task: &[u8], count: u32) -> u32 {
     (xxhash_rust::xxh3::xxh3_64(task) % u64::from(count.max(1))) as u32
 }
 
 /// Rendezvous (highest random weight) hashing: the member with the largest
 /// `hash(member, bucket)` owns the bucket. Removing a member moves only its buckets; adding
 /// one moves about 1/n of them to it.
-pub fn bucket_owner<'a>(bucket: u32, members: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn bucket_owner<'a>(
+    bucket: u32,
+    members: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
     members.max_by_key(|m| {
         let mut buf = Vec::with_capacity(m.len() + 4);
         buf.extend_from_slice(&bucket.to_le_bytes());
@@ -253,7 +256,7 @@ pub fn bucket_owner<'a>(bucket: u32, members: impl Iterator<Item = &'a str>) -> 
 /// The transition barrier: a prepared view may become active once every member of the last
 /// active view (`prepared.draining`) has acknowledged it (drained what it loses) or lost its
 /// membership lease.
-pub fn transition_ready(
+pub(crate) fn transition_ready(
     prepared: &View,
     acknowledged: &BTreeSet<String>,
     lease_expired: &BTreeSet<String>,

@@ -319,7 +319,7 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_counts_for_the_view_whose_content_it_names() {
-        use crate::membership::group::acked_members;
+        use crate::membership::decide::acked_members;
         let acks: std::collections::HashMap<String, String> = [
             ("a", "7"),
             ("a#h", "7:aaaa"),

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Mark, RepairClaim};
+use super::{Census, Mark, RepairClaim};
 use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
 use crate::cluster::{self, Adoption, Descriptor};
 use crate::config::{Config, ConfigError};
@@ -54,7 +54,6 @@ impl Client {
     /// Not cancel-safe: a dropped call can leave the old cluster sealed and the new one partly
     /// marked; run it again to finish.
     pub async fn change_cluster(&self, to: Config) -> Result<ClusterChange, Error> {
-        let inner = &self.inner;
         let from = match &self.verdicts().adoption {
             Adoption::Adopted(d) => d.clone(),
             Adoption::Refused(why) => {
@@ -68,12 +67,38 @@ impl Client {
             }
         };
         to.validate()?;
-        let names = to.node_names();
-        let new = from.succeeding(&names);
-        let needed_old = inner.majority.needed();
+        let new = from.succeeding(&to.node_names());
+        let settle = self.inner.config.node_timeout.max(to.node_timeout);
+        let sources = self.seal_for(&from, &new, settle).await?;
+        let target = Client::open(to, false).await?;
+        let (claims, targets) = target.enlist(&from, &new).await?;
+        let copied = self
+            .copy_and_mark(&sources, &target, &claims, targets, &new)
+            .await;
+        for claim in claims.values() {
+            claim.release().await;
+        }
+        let (copied, marked) = copied?;
+        tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
+        Ok(ClusterChange {
+            sealed: sources.len(),
+            marked,
+            keys: copied.keys,
+            from,
+            to: new,
+        })
+    }
 
-        // 1. Seal every old node that is verified for the old cluster now (or was sealed for
-        //    the same successor by an earlier run).
+    /// Steps 1 and 2: seal every old node that is verified for the old cluster now (or was
+    /// sealed for the same successor by an earlier run), settle, and return the sealed nodes
+    /// to copy from (a majority of the old list, one per server).
+    async fn seal_for(
+        &self,
+        from: &Descriptor,
+        new: &Descriptor,
+        settle: Duration,
+    ) -> Result<Vec<usize>, Error> {
+        let inner = &self.inner;
         let new_id = new.id.clone();
         let seal_step = Steps::per_node(move |ctx| {
             // The marker this node holds while it is verified for the old cluster.
@@ -89,82 +114,66 @@ impl Client {
         let request =
             Request::any_node("cluster.seal", Targets::All).within(inner.config.operation_timeout);
         let seal = self.send(request, seal_step).await;
-        // 2. Settle, then find the sealed nodes to copy from: sealed for this successor, by
-        //    this run or an earlier one, whatever the node's run_id now (a restart keeps what
-        //    the AOF holds).
-        tokio::time::sleep(
-            inner.config.node_timeout.max(to.node_timeout) + Duration::from_millis(25),
-        )
-        .await;
-        let sealed_cluster = format!("{}{}{}", from.id, cluster::SEALED, new.id);
-        let mut seen = HashSet::new();
-        let sources: Vec<usize> = self
-            .census()
-            .await
-            .into_iter()
-            .filter(|c| {
-                c.marker
-                    .as_deref()
-                    .map(cluster::parse_marker)
-                    .is_some_and(|(_, cl)| cl == Some(sealed_cluster.as_str()))
-            })
-            .filter(|c| seen.insert(c.run_id.clone()))
-            .map(|c| c.node)
-            .collect();
-        if sources.len() < needed_old {
-            return Err(
-                NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, |_| {
-                    "not verified for this cluster (restarted or wiped, or sealed for another \
+        // Settle, then find the sealed nodes: sealed for this successor, by this run or an
+        // earlier one, whatever the node's run_id now (a restart keeps what the AOF holds).
+        tokio::time::sleep(settle + Duration::from_millis(25)).await;
+        let sources = sealed_sources(&self.census().await, &from.id, &new.id);
+        if sources.len() < inner.majority.needed() {
+            let why = |_: &()| {
+                "not verified for this cluster (restarted or wiped, or sealed for another \
                  change): repair it first"
-                        .into()
-                })
-                .into(),
-            );
+                    .to_string()
+            };
+            return Err(NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, why).into());
         }
+        Ok(sources)
+    }
 
-        // 3. Copy onto the new nodes: new ones, or nodes of this cluster's lineage, never
-        //    another cluster's.
-        let target = Client::open(to, false).await?;
-        let lineage = |marker: &Option<String>| match marker.as_deref().map(cluster::parse_marker) {
-            None => true,
-            Some((_, Some(c))) => match c.split_once(cluster::SEALED) {
-                Some((old, successor)) => old == from.id && successor == new.id,
-                None => c == from.id || c == new.id,
-            },
-            Some((_, None)) => false,
-        };
-        let mut seen = HashSet::new();
-        let targets: BTreeMap<usize, String> = target
-            .census()
-            .await
-            .into_iter()
-            .filter(|c| lineage(&c.marker) && seen.insert(c.run_id.clone()))
-            .map(|c| (c.node, c.run_id))
-            .collect();
-        let needed_new = target.inner.majority.needed();
+    /// Step 3a, on the new list's client: the nodes a copy may go to (new ones, or nodes of
+    /// this cluster's lineage, never another cluster's, one per server), each carrying a
+    /// claim during the copy, so one emptied meanwhile (FLUSHALL) is never marked and no
+    /// repair runs on it at the same time.
+    async fn enlist(
+        &self,
+        from: &Descriptor,
+        new: &Descriptor,
+    ) -> Result<(BTreeMap<usize, RepairClaim>, BTreeMap<usize, String>), Error> {
+        let targets = enlistable(&self.census().await, &from.id, &new.id);
+        let needed_new = self.inner.majority.needed();
         if targets.len() < needed_new {
             return Err(Error::Unfinished {
                 op: "cluster.change",
                 reason: format!(
                     "only {} node(s) of the new list can be enlisted (reachable, not of another \
-                 cluster); {needed_new} are needed",
+                     cluster); {needed_new} are needed",
                     targets.len()
                 ),
             });
         }
-        // Each target carries a claim during the copy, so one emptied meanwhile (FLUSHALL)
-        // is never marked, and no repair runs on it at the same time.
         let mut claims: BTreeMap<usize, RepairClaim> = BTreeMap::new();
         for node in targets.keys() {
-            let claim = RepairClaim::new(target.clone(), *node);
+            let claim = RepairClaim::new(self.clone(), *node);
             if claim.take().await {
                 claims.insert(*node, claim);
             }
         }
-        let targets: BTreeMap<usize, String> = targets
+        let targets = targets
             .into_iter()
             .filter(|(n, _)| claims.contains_key(n))
             .collect();
+        Ok((claims, targets))
+    }
+
+    /// Steps 3b and 4: copy from the sealed sources, then mark every target that took the
+    /// whole copy for the new cluster. Returns the copy and how many were marked.
+    async fn copy_and_mark(
+        &self,
+        sources: &[usize],
+        target: &Client,
+        claims: &BTreeMap<usize, RepairClaim>,
+        targets: BTreeMap<usize, String>,
+        new: &Descriptor,
+    ) -> Result<(super::copy::Copied, usize), Error> {
         let refresh_all = || async {
             for claim in claims.values() {
                 let _ = claim.refresh().await;
@@ -172,32 +181,26 @@ impl Client {
             Ok(())
         };
         let copied = self
-            .copy_paged(&sources, &target, targets, refresh_all)
+            .copy_paged(sources, target, targets, refresh_all)
             .await
             .map_err(|why| Error::Unfinished {
                 op: "cluster.change",
                 reason: format!("the copy stopped: {why}; run the change again"),
-            });
-        // 4. Mark.
+            })?;
         let mut marked = 0;
-        if let Ok(copied) = &copied {
-            for (node, run) in &copied.complete {
-                let Some(claim) = claims.get(node) else {
-                    continue;
-                };
-                let mark = Arc::new(Mark {
-                    run_id: run.clone(),
-                    descriptor: new.encode(),
-                    marker: cluster::marker_value(run, &new.id),
-                    claim: claim.nonce.clone(),
-                });
-                marked += target.mark(Targets::Only(*node), mark).await.len();
-            }
+        for (node, run) in &copied.complete {
+            let Some(claim) = claims.get(node) else {
+                continue;
+            };
+            let mark = Arc::new(Mark {
+                run_id: run.clone(),
+                descriptor: new.encode(),
+                marker: cluster::marker_value(run, &new.id),
+                claim: claim.nonce.clone(),
+            });
+            marked += target.mark(Targets::Only(*node), mark).await.len();
         }
-        for claim in claims.values() {
-            claim.release().await;
-        }
-        let copied = copied?;
+        let needed_new = target.inner.majority.needed();
         if marked < needed_new {
             return Err(Error::Unfinished {
                 op: "cluster.change",
@@ -207,13 +210,83 @@ impl Client {
                 ),
             });
         }
-        tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
-        Ok(ClusterChange {
-            sealed: sources.len(),
-            marked,
-            keys: copied.keys,
-            from,
-            to: new,
+        Ok((copied, marked))
+    }
+}
+
+/// The old nodes sealed for the successor `new` of cluster `from` (one per server).
+fn sealed_sources(census: &[Census], from: &str, new: &str) -> Vec<usize> {
+    let sealed_cluster = format!("{from}{}{new}", cluster::SEALED);
+    let mut seen = HashSet::new();
+    census
+        .iter()
+        .filter(|c| {
+            c.marker
+                .as_deref()
+                .map(cluster::parse_marker)
+                .is_some_and(|(_, cl)| cl == Some(sealed_cluster.as_str()))
         })
+        .filter(|c| seen.insert(c.run_id.clone()))
+        .map(|c| c.node)
+        .collect()
+}
+
+/// The new list's nodes a change from `from` to `new` may copy to, with their run_ids: blank
+/// ones, or ones of this lineage (old, new, or sealed for this very change), one per server.
+fn enlistable(census: &[Census], from: &str, new: &str) -> BTreeMap<usize, String> {
+    let lineage = |marker: Option<&str>| match marker.map(cluster::parse_marker) {
+        None => true,
+        Some((_, Some(c))) => match c.split_once(cluster::SEALED) {
+            Some((old, successor)) => old == from && successor == new,
+            None => c == from || c == new,
+        },
+        Some((_, None)) => false,
+    };
+    let mut seen = HashSet::new();
+    census
+        .iter()
+        .filter(|c| lineage(c.marker.as_deref()) && seen.insert(c.run_id.clone()))
+        .map(|c| (c.node, c.run_id.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn census(node: usize, run: &str, marker: Option<&str>) -> Census {
+        Census {
+            node,
+            run_id: run.into(),
+            marker: marker.map(String::from),
+            has_state: marker.is_some(),
+        }
+    }
+
+    #[test]
+    fn sources_are_the_old_nodes_sealed_for_this_successor_once_per_server() {
+        let c = [
+            census(0, "r0", Some("r0/old#sealed:new")),
+            census(1, "r0", Some("r0/old#sealed:new")),
+            census(2, "r2", Some("r2/old#sealed:other")),
+            census(3, "r3", Some("r3/old")),
+            census(4, "r4-restarted", Some("r4/old#sealed:new")),
+        ];
+        assert_eq!(sealed_sources(&c, "old", "new"), vec![0, 4]);
+    }
+
+    #[test]
+    fn targets_are_blank_or_of_this_lineage_never_another_clusters() {
+        let c = [
+            census(0, "a", None),
+            census(1, "b", Some("b/old")),
+            census(2, "c", Some("c/new")),
+            census(3, "d", Some("d/old#sealed:new")),
+            census(4, "e", Some("e/old#sealed:other")),
+            census(5, "f", Some("f/stranger")),
+            census(6, "a", None),
+        ];
+        let got: Vec<usize> = enlistable(&c, "old", "new").into_keys().collect();
+        assert_eq!(got, vec![0, 1, 2, 3]);
     }
 }

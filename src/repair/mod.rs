@@ -45,19 +45,20 @@
 //! client's cluster, and the marker is written only after the node holds every value a
 //! majority accepted.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use std::sync::Arc;
 
 use crate::client::{decode, script_call, Client, Guard, NodeConn, Request, Step, Steps, Targets};
-use crate::cluster::{self, Adoption, Descriptor, Standing};
+use crate::cluster::{self, Descriptor};
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
 use crate::scripts::{CLAIM, CLUSTER_INIT, MARK};
 
 mod change;
 pub(crate) mod copy;
+mod decide;
 
 pub use change::ClusterChange;
 
@@ -141,35 +142,20 @@ impl Client {
             return RepairOutcome::NotNeeded;
         }
         let adoption = self.verdicts().adoption.clone();
-        let (reason, needs_listing) = match (
-            &adoption,
-            cluster::standing(probe.marker.as_deref(), probe.run_id.as_deref(), &adoption),
-        ) {
-            (Adoption::Refused(why), _) => return RepairOutcome::Deferred(why.clone()),
-            (_, Standing::Stranger(why)) => return RepairOutcome::Deferred(why),
-            (_, Standing::Member) => return RepairOutcome::NotNeeded,
-            (
-                _,
-                Standing::Quarantined {
-                    reason,
-                    needs_listing,
-                },
-            ) => (reason, needs_listing),
-        };
-        let Some(run_id) = probe.run_id.clone() else {
-            return RepairOutcome::Deferred("the node reports no run_id".into());
-        };
+        let standing =
+            cluster::standing(probe.marker.as_deref(), probe.run_id.as_deref(), &adoption);
         let name = inner.config.nodes[i].name().to_string();
-        if let Adoption::Adopted(d) = &adoption {
-            if needs_listing && inner.config.cluster_identity && !d.lists(&name) {
-                return RepairOutcome::Deferred(format!(
-                    "{name} is not one of the nodes of cluster {} ({}): a client enlists a \
-                     node only by a URL the cluster lists",
-                    d.id,
-                    d.describe()
-                ));
-            }
-        }
+        let check_listing = inner.config.cluster_identity;
+        let (reason, run_id) = match decide::need(
+            &adoption,
+            standing,
+            probe.run_id.as_deref(),
+            &name,
+            check_listing,
+        ) {
+            decide::Need::Done(outcome) => return outcome,
+            decide::Need::Repair { reason, run_id } => (reason, run_id),
+        };
         // A node without a marker is normal once, in a new cluster: say so quietly here; the
         // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
         tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
@@ -179,49 +165,22 @@ impl Client {
         // sending. Reading the others after that long sees every write a client counted.
         tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
         let census = self.census().await;
-        let needed = inner.majority.needed();
-
-        if let Adoption::Adopted(d) = &adoption {
-            let sources = choose_sources(&census, i, &d.id, needed);
-            if sources.len() >= needed {
-                return self.write_repair(i, &sources, d, &run_id).await;
+        let plan = decide::after_census(
+            &adoption,
+            &census,
+            i,
+            inner.majority.needed(),
+            inner.nodes.len(),
+            &inner.config.node_names(),
+            inner.config.cluster_pin.as_deref(),
+        );
+        match plan {
+            decide::Plan::Copy { sources, cluster } => {
+                self.write_repair(i, &sources, &cluster, &run_id).await
             }
+            decide::Plan::Bootstrap(descriptor) => self.bootstrap(&descriptor).await,
+            decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
         }
-        // A new cluster (or one whose bootstrap was cut short): every configured node
-        // answers, fewer than a majority are marked, and no node holds any state.
-        let answered = census.len();
-        let any_state = census.iter().any(|c| c.has_state);
-        let marked = census.iter().filter(|c| c.marker.is_some()).count();
-        if answered == inner.nodes.len() && marked < needed && !any_state {
-            let ours = inner.config.node_names();
-            let descriptor = match &adoption {
-                Adoption::Adopted(d) => d.clone(),
-                _ => Descriptor::new_cluster(&ours),
-            };
-            if let Some(pin) = inner
-                .config
-                .cluster_pin
-                .as_ref()
-                .filter(|p| **p != descriptor.id)
-            {
-                return RepairOutcome::Deferred(format!(
-                    "blank nodes, but this client is pinned to cluster {pin}: it sets up no \
-                     other cluster ({} would be {})",
-                    descriptor.describe(),
-                    descriptor.id
-                ));
-            }
-            return self.bootstrap(&descriptor).await;
-        }
-        RepairOutcome::Deferred(format!(
-            "{} marked node(s) other than this one answered; {needed} are needed to repair it \
-             (or all {} nodes, for a new cluster)",
-            match &adoption {
-                Adoption::Adopted(d) => choose_sources(&census, i, &d.id, needed).len(),
-                _ => 0,
-            },
-            inner.nodes.len()
-        ))
     }
 
     /// Every node's marker and run_id, and whether it holds any state.
@@ -405,40 +364,6 @@ async fn has_state(nc: &mut NodeConn) -> redis::RedisResult<bool> {
         }
         cursor = next;
     }
-}
-
-/// The nodes a repair of node `target` reads from: one per server, marked for cluster
-/// `cluster`. Nodes verified for their current incarnation are preferred; only when fewer
-/// than `needed` of them answered are nodes that restarted since (a marker naming an older
-/// run_id) used too: after a restart of the whole cluster no node is current, and a restart
-/// keeps what the AOF holds. A node restored from an old backup also shows an older run_id;
-/// it is taken only in that fallback.
-fn choose_sources(census: &[Census], target: usize, cluster: &str, needed: usize) -> Vec<usize> {
-    let target_run = census
-        .iter()
-        .find(|c| c.node == target)
-        .map(|c| c.run_id.clone())
-        .unwrap_or_default();
-    let mut seen = HashSet::new();
-    let (mut current, mut restarted) = (Vec::new(), Vec::new());
-    for c in census {
-        // Never the target itself, also not through a second URL to its server.
-        if c.node == target || c.run_id == target_run || !seen.insert(c.run_id.clone()) {
-            continue;
-        }
-        let Some(marker) = c.marker.as_deref() else {
-            continue;
-        };
-        match cluster::parse_marker(marker) {
-            (run, Some(cl)) if cl == cluster && run == c.run_id => current.push(c.node),
-            (_, Some(cl)) if cl == cluster => restarted.push(c.node),
-            _ => {}
-        }
-    }
-    if current.len() < needed {
-        current.extend(restarted);
-    }
-    current
 }
 
 /// A repair's claim on the node it repairs (`rq:repairing`): one repairer at a time. It

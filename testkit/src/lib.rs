@@ -28,13 +28,21 @@
 //! The image comes from `scripts/build-redis-image.sh` (no registry needed); see
 //! [`image_name`]. Every container is removed when its [`TestNode`] is dropped, also
 //! when a test panics, also when the node is frozen.
+//!
+//! A second backend, [`LocalNodes`], runs plain `redis-server` processes on this machine (no
+//! Docker, no proxy; freeze and thaw by signal), with the same [`SAFE_ARGS`]: for benchmarks,
+//! where a container's network path would be measured too.
+//!
+//! [`checker`] holds the history checkers the tests run over what clients observed.
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod checker;
 pub mod clock;
+mod local;
 mod node;
 mod proxy;
 
+pub use local::LocalNodes;
 pub use node::TestNode;
 pub use proxy::FaultMode;
 
@@ -66,14 +74,24 @@ pub fn split_image_name(image: &str) -> (String, String) {
     }
 }
 
-/// The arguments every node starts with, before [`NodeSpec::extra_args`].
-pub const BASE_ARGS: &[&str] = &[
+/// The flags that make a node safe for redquorum, whatever runs it (a [`TestNode`] container
+/// or a [`LocalNodes`] process): every write in the append-only file and fsynced before the
+/// reply, no eviction under memory pressure, no RDB snapshots.
+pub const SAFE_ARGS: &[&str] = &SAFE;
+
+const SAFE: [&str; 8] = [
     "--appendonly",
     "yes",
     "--appendfsync",
     "always",
     "--maxmemory-policy",
     "noeviction",
+    "--save",
+    "",
+];
+
+/// Where a container node keeps its data and listens (inside its container).
+const CONTAINER: [&str; 8] = [
     "--dir",
     "/data",
     "--protected-mode",
@@ -82,12 +100,33 @@ pub const BASE_ARGS: &[&str] = &[
     "0.0.0.0",
     "--port",
     "6379",
-    "--save",
-    "",
 ];
 
-/// Args for one node; every node ALWAYS starts with
-/// `--appendonly yes --appendfsync always --maxmemory-policy noeviction --dir /data --protected-mode no --bind 0.0.0.0 --port 6379 --save ""`
+/// The arguments every container node starts with, before [`NodeSpec::extra_args`]:
+/// [`SAFE_ARGS`], then its data directory and listening address.
+pub const BASE_ARGS: &[&str] = &concat::<8, 8, 16>(SAFE, CONTAINER);
+
+/// `a` then `b` (`C` must be `A + B`, checked at compile time).
+const fn concat<const A: usize, const B: usize, const C: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; C] {
+    assert!(A + B == C, "concat: C must be A + B");
+    let mut out = [""; C];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < C {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
+/// Args for one node; every node ALWAYS starts with [`BASE_ARGS`]:
+/// `--appendonly yes --appendfsync always --maxmemory-policy noeviction --save "" --dir /data --protected-mode no --bind 0.0.0.0 --port 6379`
 /// and `extra_args` are appended after them (later args override earlier ones in redis-server).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -211,5 +250,30 @@ mod tests {
         assert_eq!(&args[..BASE_ARGS.len()], BASE_ARGS);
         assert_eq!(&args[BASE_ARGS.len()..], ["--appendfsync", "everysec"]);
         assert_eq!(NodeSpec::safe().args(), BASE_ARGS);
+    }
+
+    #[test]
+    fn container_nodes_start_with_the_shared_safe_flags() {
+        assert_eq!(&BASE_ARGS[..SAFE_ARGS.len()], SAFE_ARGS);
+        assert_eq!(
+            &BASE_ARGS[SAFE_ARGS.len()..],
+            [
+                "--dir",
+                "/data",
+                "--protected-mode",
+                "no",
+                "--bind",
+                "0.0.0.0",
+                "--port",
+                "6379"
+            ]
+        );
+        // Each flag is a name followed by its value.
+        for pair in SAFE_ARGS.chunks(2) {
+            assert!(
+                pair[0].starts_with("--") && !pair[1].starts_with("--"),
+                "{pair:?}"
+            );
+        }
     }
 }

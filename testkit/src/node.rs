@@ -514,7 +514,7 @@ pub(crate) async fn ensure_image_exists() {
 }
 
 /// A port in [`HOST_PORT_RANGE`] that is free on 127.0.0.1 right now.
-fn pick_host_port() -> u16 {
+pub(crate) fn pick_host_port() -> u16 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let span = u64::from(HOST_PORT_RANGE.end - HOST_PORT_RANGE.start);
     for _ in 0..1000 {

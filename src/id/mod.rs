@@ -1,0 +1,359 @@
+//! Monotonic fencing IDs: antirez's majority "set if less than", one round trip when
+//! uncontended, with concurrent callers sharing one round.
+//!
+//! The guarantees are documented on `IdGenerator`.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::client::{script_call, Client, Guard, Request, Step};
+use crate::error::{Error, NoQuorum};
+use crate::keys::{fixed_key, KeyKind, Name};
+use crate::quorum::{NodeOutcome, Tally};
+use crate::scripts::{ID_PROPOSE, VALUE_LIMIT};
+
+/// Most IDs one call may ask for.
+pub const MAX_IDS_PER_CALL: u64 = 1 << 20;
+
+/// Default bound on how far a proposal may jump above the value a majority holds.
+pub const DEFAULT_MAX_JUMP: u64 = 1 << 32;
+
+/// Default bound on contended rounds per call.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 1000;
+
+mod decide;
+mod round;
+
+/// Rounds of one generator in flight at once.
+const MAX_ROUNDS_IN_FLIGHT: usize = 8;
+
+/// What one node answered to a proposal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reply {
+    /// Stored the block; `previous` was its value.
+    Accepted { previous: u64 },
+    /// Already at `current >= base`.
+    Behind { current: u64 },
+    /// Refused to vote: its marker is missing or stale.
+    Refused { current: u64 },
+}
+
+impl Reply {
+    fn value(self) -> u64 {
+        match self {
+            Reply::Accepted { previous } => previous,
+            Reply::Behind { current } | Reply::Refused { current } => current,
+        }
+    }
+}
+
+/// Monotonic fencing IDs: antirez's majority "set if less than", one round trip when
+/// uncontended, with concurrent callers sharing one round.
+///
+/// # Guarantees
+/// Assuming every voting node persists before replying (`appendfsync always` on an honest
+/// disk), never evicts (`noeviction`), and at most a minority of nodes is faulty at a time
+/// (down, slow, partitioned, restarted or wiped):
+/// - every returned ID was accepted by a majority of the configured nodes;
+/// - IDs of one sequence are unique, across every process and host;
+/// - if one call returns before another starts (any process, any host), the later call's
+///   IDs are larger (real-time order, i.e. linearizable);
+/// - the IDs of one [`IdGenerator::next_ids`] call are consecutive.
+///
+/// # Not guaranteed
+/// - No gap-freedom: failed rounds, cancelled callers and contention leave gaps.
+/// - No order between calls that overlap in time.
+/// - No progress without a majority of voting nodes; under heavy contention a call can fail
+///   with [`Error::Contended`] after its attempt limit or deadline.
+/// - If more than a minority of nodes lose their data at once, IDs can repeat; the
+///   per-process high-water mark still keeps this process's IDs in real-time order: no call
+///   returns an ID at or below one this process returned before the call started.
+///
+/// # How
+/// Each node stores, per sequence, the highest ID it accepted. A round proposes a block
+/// `base..=last`; a node accepts (and stores `last`) only if its value is below `base`, and
+/// otherwise replies with its value. Two majorities share a node, and "strictly less than"
+/// rejects equal values, so a block accepted by a majority lies above every block accepted
+/// by a majority before it started. The proposal is only a guess: it starts from the largest
+/// value this process has seen, so an uncontended round takes one round trip; a rejected
+/// round retries from the largest value the rejections reported (bounded by the jump limit),
+/// after a randomized exponential backoff when another client is competing.
+///
+/// Concurrent callers in one process join the next round: every caller in a round was
+/// waiting when it started, so handing them consecutive parts of its block keeps real-time
+/// order. Rounds of one generator run one at a time. A reply that never arrived is never
+/// counted as an acceptance.
+///
+/// A generator of monotonic IDs for one named sequence. Cheap to clone; clones share rounds.
+///
+/// ```no_run
+/// # async fn demo(client: redquorum::Client) -> Result<(), redquorum::Error> {
+/// let orders = redquorum::IdGenerator::new(&client, "orders")?;
+/// let id = orders.next_id().await?;
+/// let block = orders.next_ids(100).await?; // 100 consecutive IDs, all above `id`
+/// assert!(*block.start() > id);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IdGenerator {
+    inner: Arc<Generator>,
+}
+
+struct Generator {
+    client: Client,
+    name: Name,
+    key: String,
+    marker_key: String,
+    high_water_key: String,
+    max_jump: u64,
+    max_attempts: u32,
+    state: Mutex<State>,
+    /// Wakes the round runner when a caller queues while rounds are in flight.
+    wakeup: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Waiter>,
+    running: bool,
+    /// Largest value this generator has learned any node holds (a guess for the next base).
+    known_max: u64,
+}
+
+struct Waiter {
+    count: u64,
+    tx: oneshot::Sender<Result<RangeInclusive<u64>, Error>>,
+}
+
+impl std::fmt::Debug for IdGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdGenerator")
+            .field("sequence", &self.inner.name)
+            .finish()
+    }
+}
+
+/// How an [`IdGenerator`] behaves, given at construction ([`IdGenerator::with_options`]).
+#[derive(Clone, Debug)]
+pub struct IdOptions {
+    max_jump: u64,
+    max_attempts: u32,
+}
+
+impl Default for IdOptions {
+    fn default() -> Self {
+        IdOptions {
+            max_jump: DEFAULT_MAX_JUMP,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+impl IdOptions {
+    /// Bound on how far above the value held by a majority a proposal may jump, so that one
+    /// node reporting a huge value cannot exhaust the sequence. Default [`DEFAULT_MAX_JUMP`].
+    /// Values below 1 are raised to 1.
+    pub fn with_max_jump(mut self, max_jump: u64) -> Self {
+        self.max_jump = max_jump.max(1);
+        self
+    }
+
+    /// Bound on contended rounds per call. Default [`DEFAULT_MAX_ATTEMPTS`]; at least 1.
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+}
+
+impl IdGenerator {
+    /// A generator for `sequence` over `client`'s nodes.
+    ///
+    /// # Errors
+    /// [`Error::Name`] if the name is empty, longer than [`crate::MAX_NAME_BYTES`] or holds a
+    /// control character.
+    pub fn new(client: &Client, sequence: &str) -> Result<IdGenerator, Error> {
+        IdGenerator::with_options(client, sequence, IdOptions::default())
+    }
+
+    /// A generator with the given options.
+    ///
+    /// # Errors
+    /// As [`IdGenerator::new`].
+    pub fn with_options(
+        client: &Client,
+        sequence: &str,
+        options: IdOptions,
+    ) -> Result<IdGenerator, Error> {
+        let name = Name::new("sequence", sequence)?;
+        let key = name.key(KeyKind::Id);
+        let high_water_key = format!("{}\u{0}{}", client.node_urls().join(","), key);
+        Ok(IdGenerator {
+            inner: Arc::new(Generator {
+                client: client.clone(),
+                key,
+                name,
+                marker_key: fixed_key(KeyKind::Marker),
+                high_water_key,
+                max_jump: options.max_jump,
+                max_attempts: options.max_attempts,
+                state: Mutex::new(State::default()),
+                wakeup: tokio::sync::Notify::new(),
+            }),
+        })
+    }
+
+    /// The sequence name.
+    pub fn sequence(&self) -> &str {
+        self.inner.name.as_str()
+    }
+
+    /// One new ID. See the module docs for the guarantees.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] without a majority of voting nodes; [`Error::Contended`] after the
+    /// attempt limit or the client's operation timeout; [`Error::Exhausted`] at 2^53.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a cancelled call returns nothing and its IDs, if its round succeeded,
+    /// become a gap.
+    pub async fn next_id(&self) -> Result<u64, Error> {
+        Ok(*self.next_ids(1).await?.start())
+    }
+
+    /// `count` consecutive new IDs (1 ..= [`MAX_IDS_PER_CALL`]). Same guarantees as
+    /// [`next_id`](Self::next_id).
+    ///
+    /// # Errors
+    /// As [`next_id`](Self::next_id); [`Error::InvalidArgument`] for a count out of range.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a cancelled call returns nothing and its IDs become a gap.
+    pub async fn next_ids(&self, count: u64) -> Result<RangeInclusive<u64>, Error> {
+        if count == 0 || count > MAX_IDS_PER_CALL {
+            return Err(Error::InvalidArgument(format!(
+                "count must be between 1 and {MAX_IDS_PER_CALL}, got {count}"
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        let start_runner = {
+            let mut st = self.inner.state();
+            st.queue.push_back(Waiter { count, tx });
+            !std::mem::replace(&mut st.running, true)
+        };
+        if start_runner {
+            tokio::spawn(self.inner.clone().run());
+        } else {
+            self.inner.wakeup.notify_one();
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the ID round was dropped (runtime shutting down)".into(),
+            ))
+        })
+    }
+}
+
+impl Generator {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serve queued callers until the queue is empty, with up to [`MAX_ROUNDS_IN_FLIGHT`]
+    /// rounds at once. Every caller in a round was waiting when the round was sent, and each
+    /// round proposes above every block reserved before it, so real-time order holds.
+    async fn run(self: Arc<Self>) {
+        let mut rounds = FuturesUnordered::new();
+        loop {
+            while rounds.len() < MAX_ROUNDS_IN_FLIGHT {
+                match self.take_batch() {
+                    Some(batch) => rounds.push(self.clone().serve(batch)),
+                    None => break,
+                }
+            }
+            if rounds.is_empty() {
+                let mut st = self.state();
+                if st.queue.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = rounds.next() => {}
+                _ = self.wakeup.notified() => {}
+            }
+        }
+    }
+
+    /// The callers for the next round: everyone queued, up to [`MAX_IDS_PER_CALL`] IDs.
+    fn take_batch(&self) -> Option<Vec<Waiter>> {
+        let mut st = self.state();
+        // Callers that gave up before their round started need no IDs.
+        st.queue.retain(|w| !w.tx.is_closed());
+        let mut total = 0u64;
+        let mut batch = Vec::new();
+        while let Some(w) = st.queue.front() {
+            if !batch.is_empty() && total + w.count > MAX_IDS_PER_CALL {
+                break;
+            }
+            total += w.count;
+            if let Some(w) = st.queue.pop_front() {
+                batch.push(w);
+            }
+        }
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// Run one round (with its retries) for `batch` and hand out the block in queue order.
+    async fn serve(self: Arc<Self>, batch: Vec<Waiter>) {
+        let total: u64 = batch.iter().map(|w| w.count).sum();
+        match self.allocate(total).await {
+            Ok(block) => {
+                let mut next = *block.start();
+                for w in batch {
+                    let _ = w.tx.send(Ok(next..=next + w.count - 1));
+                    next += w.count;
+                }
+                debug_assert_eq!(next - 1, *block.end(), "the block is handed out exactly");
+            }
+            Err(e) => {
+                for w in batch {
+                    let _ = w.tx.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The per-process high-water mark of each sequence (keyed by node list and sequence): the
+/// largest ID this process has returned. Every round proposes above the mark as it stood when
+/// the round was sent, so no call returns an ID at or below one returned before it started,
+/// even if nodes lose their data beyond the fault model. (Rounds in flight together may
+/// complete in either order; their callers overlap in time, so that is allowed.)
+fn high_waters() -> &'static Mutex<HashMap<String, u64>> {
+    static MARKS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    MARKS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn high_water(key: &str, enabled: bool) -> u64 {
+    if !enabled {
+        return 0;
+    }
+    let marks = high_waters().lock().unwrap_or_else(|p| p.into_inner());
+    marks.get(key).copied().unwrap_or(0)
+}
+
+fn raise_high_water(key: &str, value: u64, enabled: bool) {
+    if !enabled {
+        return;
+    }
+    let mut marks = high_waters().lock().unwrap_or_else(|p| p.into_inner());
+    let e = marks.entry(key.to_string()).or_insert(0);
+    *e = (*e).max(value);
+}

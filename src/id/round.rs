@@ -1,0 +1,140 @@
+//! One call's rounds: reserve a block, propose it to the nodes, learn from the replies, and
+//! decide (in [`super::decide`]) what comes next.
+
+use super::*;
+
+impl Generator {
+    /// Reserve a block for `total` IDs and propose it until a majority accepts it (see
+    /// [`decide`] for every choice made between rounds).
+    pub(super) async fn allocate(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
+        let started = Instant::now();
+        let mut rounds = decide::Rounds::default();
+        let mut backoff = Duration::ZERO;
+        // Whether any round so far may have been applied somewhere (a lost reply): then the
+        // call's outcome is unknown even if its last round never reached those nodes.
+        let mut maybe_applied = false;
+        loop {
+            let round_started = Instant::now();
+            let (base, last) = self.reserve(total, rounds.contended)?;
+            let tally = self.propose(base, last).await;
+            maybe_applied |= tally.results().iter().any(|r| r.outcome.may_have_applied());
+            for (node, reply) in tally.replies() {
+                if matches!(reply, Reply::Refused { .. }) {
+                    self.client.suspect(node.0);
+                }
+            }
+            let learned = self.learn(&tally, last);
+            if tally.reached() {
+                raise_high_water(&self.high_water_key, last, self.protected());
+                return Ok(base..=last);
+            }
+            let failed = decide::Failed {
+                contending: tally
+                    .replies()
+                    .filter(|(_, r)| !matches!(r, Reply::Refused { .. }))
+                    .count(),
+                needed: tally.majority().needed(),
+                slow_nodes: tally
+                    .results()
+                    .iter()
+                    .any(|r| matches!(&r.outcome, NodeOutcome::Unknown(c) if c.may_have_applied())),
+                timed_out: started.elapsed() >= self.client.config().operation_timeout,
+                learned,
+            };
+            match decide::after_failure(&mut rounds, failed, self.max_attempts) {
+                decide::Next::Again => continue,
+                decide::Next::BackOff => {}
+                decide::Next::NoQuorum => {
+                    let urls = self.client.node_urls();
+                    let mut q = NoQuorum::from_tally("id.next", &tally, urls, describe);
+                    q.maybe_applied_somewhere |= maybe_applied;
+                    return Err(q.into());
+                }
+                decide::Next::Contended => {
+                    return Err(Error::Contended {
+                        op: "id.next",
+                        attempts: rounds.contended,
+                        elapsed: started.elapsed(),
+                    })
+                }
+            }
+            let pause;
+            (backoff, pause) = decide::backoff(backoff, round_started.elapsed(), &mut rand::rng());
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Reserve the next block under the state lock: a round sent concurrently proposes above
+    /// it.
+    fn reserve(&self, total: u64, contended: u32) -> Result<(u64, u64), Error> {
+        let mut st = self.state();
+        let floor = st
+            .known_max
+            .max(high_water(&self.high_water_key, self.protected()));
+        let (base, last) =
+            decide::reserve(floor, total, contended, self.max_jump, &mut rand::rng()).ok_or_else(
+                || Error::Exhausted {
+                    sequence: self.name.as_str().to_string(),
+                    limit: VALUE_LIMIT,
+                },
+            )?;
+        st.known_max = last;
+        Ok((base, last))
+    }
+
+    fn protected(&self) -> bool {
+        self.client.config().amnesia_protection
+    }
+
+    async fn propose(&self, base: u64, last: u64) -> Tally<Reply> {
+        let step = propose_step(&self.key, &self.marker_key, base, last);
+        self.client.send(Request::vote("id.next"), step).await
+    }
+
+    /// Update the guess for the next base from a round's replies (see [`decide::learn`]).
+    /// Returns whether it rose.
+    fn learn(&self, tally: &Tally<Reply>, last: u64) -> bool {
+        let values: Vec<u64> = tally.replies().map(|(_, r)| r.value()).collect();
+        let known = self.state().known_max;
+        let accepted = (tally.applied() > 0).then_some(last);
+        let needed = tally.majority().needed();
+        let (guess, set_aside) = decide::learn(&values, needed, known, self.max_jump, accepted);
+        if set_aside {
+            tracing::warn!(sequence = %self.name, reported = ?values, learned = guess, "a node reports a value far above the majority; not jumping to it");
+        }
+        let mut st = self.state();
+        let rose = guess > st.known_max;
+        st.known_max = st.known_max.max(guess);
+        rose
+    }
+}
+
+fn describe(r: &Reply) -> String {
+    match r {
+        Reply::Accepted { previous } => format!("accepted (was {previous})"),
+        Reply::Behind { current } => format!("already at {current}"),
+        Reply::Refused { current } => format!("refused: marker missing or stale (at {current})"),
+    }
+}
+
+/// `id_propose.lua`: set-if-less-than for the block `base..=last`, marker-guarded.
+fn propose_step(key: &str, marker_key: &str, base: u64, last: u64) -> Step<Reply> {
+    script_call(&ID_PROPOSE, Guard::Marker)
+        .key(key)
+        .key(marker_key)
+        .arg(base)
+        .arg(last)
+        .marker()
+        .decode(|_, v| decode_proposal(v))
+}
+
+/// A node's answer to a proposal: `{1, previous}` accepted, `{0, current}` behind,
+/// `{-1, current}` refused (marker).
+fn decode_proposal(v: redis::Value) -> redis::RedisResult<NodeOutcome<Reply>> {
+    let (status, value): (i64, u64) = redis::from_redis_value(v)?;
+    Ok(match status {
+        1 => NodeOutcome::Applied(Reply::Accepted { previous: value }),
+        0 => NodeOutcome::Rejected(Reply::Behind { current: value }),
+        _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
+    })
+}

@@ -1,0 +1,296 @@
+//! Acquisition: rounds, waiting for a holder, scoped work, release.
+
+use super::*;
+
+impl Lock {
+    /// One acquisition attempt.
+    ///
+    /// # Errors
+    /// [`Error::LockHeld`] if another holder has it; [`Error::NoQuorum`] if a majority did not
+    /// answer; [`Error::Timeout`] if the nodes answered too slowly to leave half the TTL of
+    /// validity. Every failed attempt is released on every node.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the attempt runs in a task of its own, and a lease it wins after the caller
+    /// went away is released.
+    pub async fn try_acquire(&self) -> Result<LockGuard, Error> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lock = self.clone();
+        tokio::spawn(async move {
+            let result = lock.attempt().await;
+            if let Err(Ok(guard)) = tx.send(result) {
+                let _ = guard.release().await;
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "acquisition task dropped (runtime shutting down)".into(),
+            ))
+        })
+    }
+
+    /// Acquire, retrying after random delays (and as soon as the holder releases) until `wait`
+    /// has passed. `Duration::ZERO` tries once.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait ends with the lock still held; [`Error::NoQuorum`] when
+    /// the last attempt lacked a majority; invalid input errors at once.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, like [`try_acquire`](Self::try_acquire).
+    pub async fn acquire(&self, wait: Duration) -> Result<LockGuard, Error> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        let released = Arc::new(Notify::new());
+        // Waiters listen for releases; a single try needs no subscription.
+        let _watch = (!wait.is_zero()).then(|| ReleaseWatch::start(&self.inner, released.clone()));
+        loop {
+            let err = match self.try_acquire().await {
+                Ok(g) => return Ok(g),
+                Err(e @ (Error::LockHeld { .. } | Error::NoQuorum(_) | Error::Timeout { .. })) => e,
+                Err(other) => return Err(other),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(match err {
+                    Error::LockHeld { .. } if !wait.is_zero() => Error::Timeout {
+                        op: "lock.acquire",
+                        waited: now - started,
+                    },
+                    other => other,
+                });
+            }
+            // A random delay longer than an acquisition takes, so waiters spread out.
+            let base =
+                (self.inner.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+            let delay = base.mul_f64(0.5 + rand::random::<f64>());
+            tokio::select! {
+                _ = tokio::time::sleep_until((now + delay).min(deadline)) => {}
+                _ = released.notified() => {}
+            }
+        }
+    }
+
+    /// Run `work` while holding the lock: acquire (waiting up to `wait`), run the future,
+    /// cancel it (drop it) as soon as the lease is lost, then release.
+    ///
+    /// The closure receives the fencing token and a cancellation token that is cancelled on
+    /// loss; pass them to anything the work spawns.
+    ///
+    /// # Errors
+    /// Acquisition errors as in [`acquire`](Self::acquire); [`Error::LeaseLost`] if the lease
+    /// was lost before `work` finished (the work was cancelled).
+    ///
+    /// # Cancel safety
+    /// Dropping the call drops `work` wherever it is and releases the lease in the
+    /// background; the work's own side effects are the caller's to reason about (use the
+    /// fencing token).
+    pub async fn run<F, Fut, T>(&self, wait: Duration, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(FencingToken, CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(wait).await?;
+        // Boxed so it can be dropped (stopped, destructors run) before the release.
+        let mut fut = Box::pin(work(guard.token(), guard.cancellation_token()));
+        tokio::select! {
+            out = &mut fut => {
+                let _ = guard.release().await;
+                Ok(out)
+            }
+            reason = guard.lost() => {
+                drop(fut);
+                let _ = guard.release().await;
+                Err(Error::LeaseLost { name: self.name().to_string(), reason })
+            }
+        }
+    }
+
+    pub(super) async fn attempt(&self) -> Result<LockGuard, Error> {
+        let inner = &self.inner;
+        let needed = inner.client.majority().needed();
+        for _ in 0..6 {
+            let token = inner.known_fence.load(Ordering::Acquire).saturating_add(1);
+            if token >= VALUE_LIMIT {
+                return Err(Error::Exhausted {
+                    sequence: format!("fence of lock {}", inner.name.as_str()),
+                    limit: VALUE_LIMIT,
+                });
+            }
+            // Value = 128 random bits (fresh per round), the token, the holder description.
+            let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
+            let stamp = Stamp::now();
+            let start = stamp.mono;
+            let asks = match lease::plan(&inner.watch(), needed, start) {
+                Plan::Attempt(asks) => asks,
+                // Not yet: refresh what the nodes hold (a holder that extends or releases
+                // shows it), and decide again.
+                Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
+            };
+            let only_reads = asks.iter().all(|a| *a == Ask::Read);
+            let tally = self.send_round(&value, token, asks).await;
+            self.learn_from(&tally, token, Instant::now());
+            let until = stamp.after(lease::validity(inner.ttl));
+            let verdict = self.judge(&tally, only_reads, until);
+            // A round that was not granted is undone everywhere (also on nodes whose reply
+            // was not awaited: they may have granted).
+            if verdict == decide::AfterRound::TooSlow
+                || (verdict != decide::AfterRound::Granted && !only_reads)
+            {
+                self.release_value(&value).await;
+            }
+            match verdict {
+                decide::AfterRound::Granted => {
+                    tracing::debug!(lock = %inner.name, token, "lease granted");
+                    let token = FencingToken::new(token);
+                    return Ok(LockGuard::start(self.clone(), value, token, start, until));
+                }
+                decide::AfterRound::TooSlow => {
+                    return Err(Error::Timeout {
+                        op: "lock.acquire (too slow to leave enough validity)",
+                        waited: start.elapsed(),
+                    })
+                }
+                decide::AfterRound::Again => continue,
+                decide::AfterRound::Held => {
+                    return Err(Error::LockHeld {
+                        name: inner.name.as_str().to_string(),
+                    })
+                }
+                decide::AfterRound::NoQuorum => {
+                    let urls = inner.client.node_urls();
+                    let e = NoQuorum::from_tally("lock.acquire", &tally, urls, |g| {
+                        format!("{:?}", g.status)
+                    });
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(Error::LockHeld {
+            name: inner.name.as_str().to_string(),
+        })
+    }
+
+    /// What a round's tally means (see [`decide::after_round`]).
+    fn judge(&self, tally: &Tally<Grant>, only_reads: bool, until: Stamp) -> decide::AfterRound {
+        let needed = tally.majority().needed();
+        decide::after_round(decide::Round {
+            reached: tally.reached(),
+            validity_left: until.mono.saturating_duration_since(Instant::now()),
+            min_validity: self.inner.min_validity,
+            token_low: tally
+                .replies()
+                .any(|(_, g)| g.status == GrantStatus::TokenLow),
+            only_reads,
+            ready_now: only_reads
+                && matches!(
+                    lease::plan(&self.inner.watch(), needed, Instant::now()),
+                    Plan::Attempt(_)
+                ),
+            held_seen: tally
+                .replies()
+                .any(|(_, g)| matches!(g.seen.state, KeyState::Held { .. })),
+            replies: tally.replies().count(),
+            needed,
+        })
+    }
+
+    /// Learn from a round's replies: the highest fence (bounded: a fence far above what a
+    /// majority reports, from a corrupted or hostile node, is not learned, or the token would
+    /// jump toward its limit), and what each node holds, seen at `seen_at`.
+    fn learn_from(&self, tally: &Tally<Grant>, token: u64, seen_at: Instant) {
+        let inner = &self.inner;
+        let needed = tally.majority().needed();
+        let fences: Vec<u64> = tally.replies().map(|(_, g)| g.fence).collect();
+        let known = inner.known_fence.load(Ordering::Acquire);
+        let (highest, set_aside) = bounded_learn(&fences, needed, known, MAX_FENCE_JUMP);
+        if set_aside {
+            tracing::warn!(lock = %inner.name.as_str(), fences = ?fences, learned = highest, "a node reports a fence far above the majority; not jumping to it");
+        }
+        let granted = if tally.applied() > 0 { token } else { 0 };
+        inner
+            .known_fence
+            .fetch_max(highest.max(granted), Ordering::AcqRel);
+        let mut watch = inner.watch();
+        for r in tally.results() {
+            match &r.outcome {
+                NodeOutcome::Applied(_) => watch.forget(r.node.0),
+                NodeOutcome::Rejected(g) if g.status == GrantStatus::Refused => {
+                    watch.forget(r.node.0);
+                    inner.client.suspect(r.node.0);
+                }
+                NodeOutcome::Rejected(g) => watch.observe(r.node.0, g.seen.clone(), seen_at),
+                NodeOutcome::Unknown(_) => {}
+            }
+        }
+    }
+
+    /// One acquisition round: to each node its ask (grant if free, swap a watched stale
+    /// key, or only read), decided as soon as a majority granted or cannot.
+    pub(super) async fn send_round(
+        &self,
+        value: &Arc<str>,
+        token: u64,
+        asks: Vec<Ask>,
+    ) -> Tally<Grant> {
+        let inner = &self.inner;
+        let acquire = AcquireStep {
+            keys: self.lease_keys(),
+            value: value.clone(),
+            ttl_ms: inner.ttl.as_millis() as u64,
+            token,
+            expiry: inner.server_clock,
+        };
+        let asks: Arc<[Ask]> = asks.into();
+        let steps = Steps::per_node(move |ctx| {
+            let ask = asks.get(ctx.node).cloned().unwrap_or(Ask::Read);
+            Some(acquire.step(&ask))
+        });
+        let request = Request::vote("lock.acquire").within(inner.node_deadline);
+        inner.client.send(request, steps).await
+    }
+
+    /// The lease's keys on a node: the lock, its fence, the marker, the fence floor.
+    pub(super) fn lease_keys(&self) -> [String; 4] {
+        [
+            self.inner.key.clone(),
+            self.inner.fence_key.clone(),
+            self.inner.marker_key.clone(),
+            fixed_key(KeyKind::FenceFloor),
+        ]
+    }
+
+    /// Compare-and-delete on every node (also nodes that did not answer: they may have
+    /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
+    /// nodes are still sent the release in the background (and their copy expires with the
+    /// TTL anyway), so one frozen node does not slow a release down.
+    pub(super) async fn release_value(&self, value: &Arc<str>) -> usize {
+        let inner = &self.inner;
+        // No marker check: deleting one's own copy is safe on any node, verified or not.
+        let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
+            .key(&inner.key)
+            .key(&inner.fence_key)
+            .key(fixed_key(KeyKind::FenceFloor))
+            .arg(&**value)
+            .arg(&inner.channel)
+            .decode(|_, v| decode::one_applied(v));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let client = inner.client.clone();
+        let request = Request::any_node("lock.release", Targets::All)
+            .within(inner.node_deadline)
+            .reporting(tx);
+        tokio::spawn(async move { client.send(request, step).await });
+        rx.await.unwrap_or(0)
+    }
+}
+
+/// 128 random bits from the OS CSPRNG, as 32 hex digits.
+pub(super) fn random_hex128() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The OS CSPRNG is unavailable (it never is on Linux); fall back to the thread RNG,
+        // which is itself seeded from the OS.
+        bytes = rand::random();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,326 @@
+//! Pure decisions of one lease: what an acquisition round's outcome means, and the watchdog's
+//! schedule (when to extend, when to signal loss). Time comes in as parameters; no I/O, no
+//! clock. The drift margins themselves live in [`crate::lease`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::Stamp;
+
+/// What one acquisition round's tally says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Round {
+    /// A majority granted.
+    pub(super) reached: bool,
+    /// Validity left when the grant was decided.
+    pub(super) validity_left: Duration,
+    /// The least validity a grant must leave (half the TTL).
+    pub(super) min_validity: Duration,
+    /// Some node refused only because the proposed token was not above its fence.
+    pub(super) token_low: bool,
+    /// The round only read the nodes (nothing could be asked yet).
+    pub(super) only_reads: bool,
+    /// After this round's readings, a round could be attempted now.
+    pub(super) ready_now: bool,
+    /// Some node holds a lease (of anyone).
+    pub(super) held_seen: bool,
+    /// Nodes that replied, and the majority.
+    pub(super) replies: usize,
+    pub(super) needed: usize,
+}
+
+/// What to do after a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AfterRound {
+    /// The lease is ours.
+    Granted,
+    /// Granted, but too late to leave enough validity: release it, report a timeout.
+    TooSlow,
+    /// Go again at once (the token guess was behind, or the fresh reading allows a round).
+    Again,
+    /// Someone holds it: contention, not an outage.
+    Held,
+    /// Too few nodes answered.
+    NoQuorum,
+}
+
+/// The decision after an acquisition round (a failed one was already released everywhere).
+pub(super) fn after_round(r: Round) -> AfterRound {
+    if r.reached {
+        return if r.validity_left < r.min_validity {
+            AfterRound::TooSlow
+        } else {
+            AfterRound::Granted
+        };
+    }
+    if r.token_low || (r.only_reads && r.ready_now) {
+        return AfterRound::Again;
+    }
+    if r.held_seen || r.replies >= r.needed {
+        AfterRound::Held
+    } else {
+        AfterRound::NoQuorum
+    }
+}
+
+/// How long before the validity deadline the watchdog signals loss, so that timer and
+/// scheduling delays cannot push the signal past it: 2 % of the TTL plus 1 ms.
+pub(super) fn signal_margin(ttl: Duration) -> Duration {
+    ttl / 50 + Duration::from_millis(1)
+}
+
+/// When the next extension is due: a third of the TTL after a success, soon (a tenth of the
+/// TTL, at least 5 ms) after a failure, well before the deadline.
+pub(super) fn next_extension(now: Instant, ttl: Duration, succeeded: bool) -> Instant {
+    if succeeded {
+        now + ttl / 3
+    } else {
+        now + (ttl / 10).max(Duration::from_millis(5))
+    }
+}
+
+/// What the watchdog knows at one wake-up.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Watchdog {
+    pub(super) now: Instant,
+    /// The boot clock now (counts host suspend).
+    pub(super) boot_now: Duration,
+    /// End of validity on both clocks.
+    pub(super) until: Stamp,
+    pub(super) acquired_at: Instant,
+    pub(super) margin: Duration,
+    pub(super) extensions: u32,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) max_extensions: Option<u32>,
+}
+
+/// The watchdog's decision at one wake-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tick {
+    /// Validity is (nearly) over on the boot clock: signal loss now.
+    Expired,
+    /// The hold-time or extension bound is reached: signal it now.
+    BoundReached,
+    /// Sleep until `check_at` (at most a second, to compare with the boot clock again); an
+    /// extension still running at `signal_at` is abandoned and the loss signalled.
+    Wait {
+        check_at: Instant,
+        signal_at: Instant,
+    },
+}
+
+/// The watchdog's schedule at one wake-up.
+pub(super) fn tick(w: Watchdog) -> Tick {
+    let valid_until = w.until.mono;
+    let signal_at = valid_until
+        - w.margin
+            .min(valid_until.saturating_duration_since(w.acquired_at));
+    if w.boot_now + w.margin >= w.until.boot {
+        return Tick::Expired;
+    }
+    let bound = w
+        .max_hold
+        .is_some_and(|m| w.now.saturating_duration_since(w.acquired_at) >= m)
+        || w.max_extensions.is_some_and(|m| w.extensions >= m);
+    if bound {
+        return Tick::BoundReached;
+    }
+    Tick::Wait {
+        check_at: (w.now + Duration::from_secs(1)).min(signal_at),
+        signal_at,
+    }
+}
+
+/// Whether validity is (nearly) over on the monotonic clock at a check.
+pub(super) fn expired_at_check(valid_until: Instant, now: Instant, margin: Duration) -> bool {
+    valid_until <= now + margin
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn round() -> Round {
+        Round {
+            reached: false,
+            validity_left: 900 * MS,
+            min_validity: 500 * MS,
+            token_low: false,
+            only_reads: false,
+            ready_now: false,
+            held_seen: false,
+            replies: 3,
+            needed: 2,
+        }
+    }
+
+    #[test]
+    fn after_a_round() {
+        use AfterRound::*;
+        let cases = [
+            (
+                "a majority granted in time",
+                Round {
+                    reached: true,
+                    ..round()
+                },
+                Granted,
+            ),
+            (
+                "granted but with less than half the TTL left",
+                Round {
+                    reached: true,
+                    validity_left: 400 * MS,
+                    ..round()
+                },
+                TooSlow,
+            ),
+            (
+                "our token guess was behind",
+                Round {
+                    token_low: true,
+                    ..round()
+                },
+                Again,
+            ),
+            (
+                "a read-only round whose reading allows an attempt now",
+                Round {
+                    only_reads: true,
+                    ready_now: true,
+                    ..round()
+                },
+                Again,
+            ),
+            (
+                "a read-only round that still has to wait",
+                Round {
+                    only_reads: true,
+                    held_seen: true,
+                    ..round()
+                },
+                Held,
+            ),
+            (
+                "someone holds it",
+                Round {
+                    held_seen: true,
+                    replies: 1,
+                    ..round()
+                },
+                Held,
+            ),
+            ("a majority answered no", round(), Held),
+            (
+                "one node of three answered",
+                Round {
+                    replies: 1,
+                    ..round()
+                },
+                NoQuorum,
+            ),
+        ];
+        for (story, r, want) in cases {
+            assert_eq!(after_round(r), want, "{story}");
+        }
+    }
+
+    #[test]
+    fn extensions_are_due_a_third_of_the_ttl_apart_and_retried_sooner() {
+        let now = Instant::now();
+        let ttl = 3000 * MS;
+        assert_eq!(next_extension(now, ttl, true), now + 1000 * MS);
+        assert_eq!(next_extension(now, ttl, false), now + 300 * MS);
+        assert_eq!(
+            next_extension(now, 20 * MS, false),
+            now + 5 * MS,
+            "at least 5 ms"
+        );
+        assert_eq!(signal_margin(ttl), 61 * MS);
+    }
+
+    fn watchdog(now: Instant, until: Stamp) -> Watchdog {
+        Watchdog {
+            now,
+            boot_now: until.boot.saturating_sub(5000 * MS),
+            until,
+            acquired_at: now,
+            margin: 61 * MS,
+            extensions: 0,
+            max_hold: None,
+            max_extensions: None,
+        }
+    }
+
+    #[test]
+    fn the_watchdog_wakes_a_margin_before_the_deadline_and_at_least_every_second() {
+        let now = Instant::now();
+        let until = Stamp::now().after(2900 * MS);
+        let until = Stamp {
+            mono: now + 2900 * MS,
+            ..until
+        };
+        match tick(watchdog(now, until)) {
+            Tick::Wait {
+                check_at,
+                signal_at,
+            } => {
+                assert_eq!(signal_at, now + 2839 * MS, "a margin before the deadline");
+                assert_eq!(check_at, now + 1000 * MS, "at most a second apart");
+            }
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        let soon = Stamp {
+            mono: now + 300 * MS,
+            ..until
+        };
+        assert_eq!(
+            tick(watchdog(now, soon)),
+            Tick::Wait {
+                check_at: now + 239 * MS,
+                signal_at: now + 239 * MS
+            }
+        );
+    }
+
+    #[test]
+    fn the_boot_clock_ends_a_lease_the_monotonic_clock_missed() {
+        // The host was suspended: the monotonic clock did not advance, the boot clock did.
+        let now = Instant::now();
+        let until = Stamp::now().after(2900 * MS);
+        let w = Watchdog {
+            boot_now: until.boot - 10 * MS,
+            ..watchdog(now, until)
+        };
+        assert_eq!(tick(w), Tick::Expired);
+        assert!(expired_at_check(now + 50 * MS, now, 61 * MS));
+        assert!(!expired_at_check(now + 100 * MS, now, 61 * MS));
+    }
+
+    #[test]
+    fn hold_bounds_end_a_lease() {
+        let now = Instant::now();
+        let until = Stamp::now().after(2900 * MS);
+        let held_long = Watchdog {
+            now: now + 10_000 * MS,
+            max_hold: Some(9_000 * MS),
+            ..watchdog(now, until)
+        };
+        assert_eq!(tick(held_long), Tick::BoundReached);
+        let extended_often = Watchdog {
+            extensions: 4,
+            max_extensions: Some(4),
+            ..watchdog(now, until)
+        };
+        assert_eq!(tick(extended_often), Tick::BoundReached);
+        let not_yet = Watchdog {
+            extensions: 3,
+            max_extensions: Some(4),
+            ..watchdog(now, until)
+        };
+        assert!(matches!(tick(not_yet), Tick::Wait { .. }));
+    }
+}

@@ -1,0 +1,298 @@
+//! Fenced leases: Redlock over the quorum nodes, with a fencing token minted inside each
+//! acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
+//! lock, and **no node clock in any decision**.
+//!
+//! The guarantees are documented on `Lock`.
+//!
+//! - `mod.rs`: [`Lock`], [`LockOptions`], construction.
+//! - `decide.rs`: the pure decisions of one lease (after a round, the watchdog's schedule),
+//!   table-tested.
+//! - `steps.rs`: the node steps (acquire, extend, release, read) and their pure decoders.
+//! - `acquire.rs`: acquisition rounds, waiting, scoped `run`, release.
+//! - `guard.rs`: [`LockGuard`], extension, the watchdog, the loss signal.
+//! - `holder.rs`: who holds a lock; release wake-up hints.
+
+mod acquire;
+mod decide;
+mod guard;
+mod holder;
+mod steps;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{decode, script_call, Client, Guard, Request, Step, Steps, Targets};
+use crate::clock::{self, Stamp};
+use crate::error::{Error, NoQuorum};
+use crate::fencing::FencingToken;
+use crate::keys::{fixed_key, KeyKind, Name};
+use crate::lease::{self, Ask, ExtendVerdict, KeyState, Plan, Seen, Watch};
+use crate::quorum::{bounded_learn, NodeOutcome, Tally, UnknownCause};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, VALUE_LIMIT};
+
+/// How far above the majority's fence one node's fence may be before it is set aside (the
+/// same bound as [`crate::id::DEFAULT_MAX_JUMP`]).
+const MAX_FENCE_JUMP: u64 = crate::id::DEFAULT_MAX_JUMP;
+
+/// Shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Fenced leases: Redlock over the quorum nodes, with a fencing token minted inside each
+/// acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
+/// lock, and **no node clock in any decision**.
+///
+/// # How a lease works
+/// A lock key on each node holds `(value, version, ttl)` and never expires on the node (a
+/// node's wall clock may step at any time; Redis expires keys on it). The holder's value is
+/// random per acquisition; every extension bumps the version. A client acquires
+/// - at once, when a majority of nodes has no key (the classic fast path), or
+/// - by **takeover**: after it has seen the same `(value, version)` on a node, of the same node
+///   incarnation, unchanged for the stored TTL plus drift on **its own monotonic clock**, it
+///   replaces exactly that state by compare-and-swap (see [`crate::lease`] for the argument).
+///
+/// Extensions re-create the copy on a node that lacks it (it missed the grant, or lost its data
+/// and was repaired) unless a later acquisition was granted there, and repair restores lease
+/// keys, so a lease does not live on a bare majority for the rest of its life.
+///
+/// # Guarantees
+/// Under the crate's assumptions (see the crate docs), including: clients' monotonic clocks
+/// run within [`MAX_DRIFT_RATE`](crate::MAX_DRIFT_RATE) of real time; nodes' wall clocks may
+/// step at any time, forward or back:
+/// - **Fencing:** every granted [`FencingToken`] is greater than every token granted before it
+///   for the same lock, on any client. The token is minted in the same atomic step that grants
+///   the lease on each node, so a deposed holder cannot hold the newest token.
+/// - **Mutual exclusion within validity:** while a guard's [`is_held`](LockGuard::is_held) is
+///   true (its [`valid_until`](LockGuard::valid_until) is in the future on both the monotonic
+///   and the boot clock, which counts host suspend), no other client holds a granted lease on
+///   the same lock. Validity runs `TTL - (1 % + 2 ms)` from the send of the last acquisition or
+///   extension a majority applied.
+/// - **Early loss signal:** [`LockGuard::lost`], the guard's
+///   [`cancellation_token`](LockGuard::cancellation_token) and its [`status`](LockGuard::status)
+///   channel report loss (conflict, no quorum, expiry, hold bound) no later than `valid_until`,
+///   i.e. before another client can acquire, as long as this process is running and its async
+///   runtime is not starved. [`LockGuard::is_held`] reads the clocks itself and is the
+///   authority: check it before a side effect when the runtime may be busy.
+/// - Once loss was signalled, no extension succeeds; release deletes only this holder's key.
+///
+/// # Not guaranteed
+/// - A process that pauses (GC, swap, SIGSTOP) past `valid_until` cannot notice anything while
+///   paused. Mutual exclusion alone never authorizes a side effect: **check the token at the
+///   resource** ([`crate::fencing`]).
+/// - Progress without a majority; fairness between waiters.
+/// - A lease abandoned by a crashed holder is taken over only by a client that watches it for
+///   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
+///   TTL plus one poll); [`Lock::try_acquire`] never waits, so on a fresh handle it cannot take
+///   over an abandoned lease (the same handle remembers what it saw across calls).
+/// - Keys of abandoned locks stay on the nodes until a takeover or release removes them.
+///
+/// # Timing advice
+/// Pick a TTL well above the worst pause you want to ride out without losing the lease, and
+/// keep work that must not overlap behind the fencing token. The per-node deadline defaults to
+/// a tenth of the TTL (capped by the client's node timeout); extensions run every TTL/3.
+///
+/// A named lock over the client's nodes. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(client: redquorum::Client) -> Result<(), redquorum::Error> {
+/// use std::time::Duration;
+/// let lock = redquorum::Lock::new(&client, "nightly-report", Duration::from_secs(10))?;
+/// let guard = lock.acquire(Duration::from_secs(5)).await?;
+/// println!("holding with token {}", guard.token()); // pass it to every write
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+struct LockInner {
+    client: Client,
+    name: Name,
+    key: String,
+    fence_key: String,
+    marker_key: String,
+    channel: String,
+    ttl: Duration,
+    node_deadline: Duration,
+    auto_extend: bool,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
+    min_validity: Duration,
+    holder: String,
+    known_fence: AtomicU64,
+    /// What this handle has seen on each node, and since when (see [`crate::lease`]).
+    watch: Mutex<Watch<KeyState>>,
+    /// TEST ONLY: keys expire on the nodes' clocks (the unsafe Redlock behaviour).
+    server_clock: bool,
+}
+
+impl LockInner {
+    fn watch(&self) -> std::sync::MutexGuard<'_, Watch<KeyState>> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("ttl", &self.inner.ttl)
+            .finish()
+    }
+}
+
+/// How a [`Lock`] behaves, given at construction ([`Lock::with_options`]); the defaults are
+/// what [`Lock::new`] uses.
+#[derive(Clone, Debug, Default)]
+pub struct LockOptions {
+    manual_extend: bool,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
+    node_timeout: Option<Duration>,
+    holder: String,
+}
+
+impl LockOptions {
+    /// Extend automatically every TTL/3 (default true). Without it the lease simply ends
+    /// unless [`LockGuard::extend`] is called.
+    pub fn with_auto_extend(mut self, on: bool) -> Self {
+        self.manual_extend = !on;
+        self
+    }
+
+    /// Stop extending (and signal [`LossReason::HoldBoundReached`]) once the lease has been
+    /// held this long. Default: no bound. Guards against zombie holders; an election's bound
+    /// on one leader's term.
+    pub fn with_max_hold(mut self, d: Duration) -> Self {
+        self.max_hold = Some(d);
+        self
+    }
+
+    /// Stop after this many extensions. Default: no bound.
+    pub fn with_max_extensions(mut self, n: u32) -> Self {
+        self.max_extensions = Some(n);
+        self
+    }
+
+    /// Per-node deadline of lease requests. Default: TTL/10, capped by the client's node
+    /// timeout, at least 2 ms.
+    pub fn with_node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = Some(d.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Describe the holder (host, pid...) in the lock value; readable by [`Lock::holder`] and
+    /// [`Election::leader`](crate::Election::leader). At most 256 bytes; control characters
+    /// are dropped.
+    pub fn with_holder(mut self, holder: &str) -> Self {
+        self.holder = clean_label(holder);
+        self
+    }
+}
+
+/// A caller-supplied label as stored: control characters dropped, at most 256 characters.
+pub(crate) fn clean_label(label: &str) -> String {
+    label
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(256)
+        .collect()
+}
+
+impl Lock {
+    /// A lock named `name` with lease time `ttl` (between [`MIN_TTL`] and [`MAX_TTL`]) and
+    /// the default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::Name`] for an invalid name; [`Error::InvalidArgument`] for a TTL out of range.
+    pub fn new(client: &Client, name: &str, ttl: Duration) -> Result<Lock, Error> {
+        Lock::with_options(client, name, ttl, LockOptions::default())
+    }
+
+    /// A lock with the given options.
+    ///
+    /// # Errors
+    /// As [`Lock::new`].
+    pub fn with_options(
+        client: &Client,
+        name: &str,
+        ttl: Duration,
+        options: LockOptions,
+    ) -> Result<Lock, Error> {
+        Lock::with_kinds(client, name, ttl, options, KeyKind::Lock, KeyKind::Fence)
+    }
+
+    /// A lock whose keys live under other kinds (a group's leader lock must not collide with
+    /// a user lock of the same name).
+    pub(crate) fn with_kinds(
+        client: &Client,
+        name: &str,
+        ttl: Duration,
+        options: LockOptions,
+        lock: KeyKind,
+        fence: KeyKind,
+    ) -> Result<Lock, Error> {
+        let name = Name::new("lock", name)?;
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(Error::InvalidArgument(format!(
+                "lock ttl {ttl:?} is outside {MIN_TTL:?}..={MAX_TTL:?}"
+            )));
+        }
+        let node_deadline = options.node_timeout.unwrap_or_else(|| {
+            (ttl / 10)
+                .min(client.config().node_timeout())
+                .max(Duration::from_millis(2))
+        });
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                client: client.clone(),
+                key: name.key(lock),
+                fence_key: name.key(fence),
+                marker_key: fixed_key(KeyKind::Marker),
+                channel: format!("rq:released:{}", name.key(lock)),
+                name,
+                ttl,
+                node_deadline,
+                auto_extend: !options.manual_extend,
+                max_hold: options.max_hold,
+                max_extensions: options.max_extensions,
+                min_validity: ttl / 2,
+                holder: options.holder,
+                known_fence: AtomicU64::new(0),
+                watch: Mutex::new(Watch::new(client.node_urls().len())),
+                server_clock: client.config().server_clock_leases,
+            }),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.inner.name.as_str()
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The lease time.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+}
+
+pub use crate::lease::LossReason;
+pub use guard::{LeaseStatus, LockGuard};
+pub use holder::Holder;
+use holder::ReleaseWatch;
+use steps::{decode_extension, AcquireStep, Grant, GrantStatus};

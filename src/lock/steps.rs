@@ -1,0 +1,110 @@
+//! The node steps of a lease and their pure decoders.
+
+use super::*;
+
+/// One node's answer to an acquisition round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Grant {
+    pub(super) status: GrantStatus,
+    /// The node's fence before the round.
+    pub(super) fence: u64,
+    /// What the key held before the round, on which incarnation.
+    pub(super) seen: Seen<KeyState>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GrantStatus {
+    Granted,
+    /// The key was not in the state asked for (or the round only read it).
+    NotAsExpected,
+    /// The key was as asked but the fence is at or above the proposed token.
+    TokenLow,
+    /// The node's marker is missing or stale: it may not vote.
+    Refused,
+}
+
+/// One acquisition round's node step, built once per round; [`step`](Self::step) gives each
+/// node its ask.
+pub(super) struct AcquireStep {
+    pub(super) keys: [String; 4],
+    pub(super) value: Arc<str>,
+    pub(super) ttl_ms: u64,
+    pub(super) token: u64,
+    /// The test-only server-side expiry.
+    pub(super) expiry: bool,
+}
+
+impl AcquireStep {
+    /// `lock_acquire.lua` for one node: grant if free, swap the watched state (compared with
+    /// the incarnation it was watched on), or only read.
+    pub(super) fn step(&self, ask: &Ask) -> Step<Grant> {
+        let call = script_call(&LOCK_ACQUIRE, Guard::Marker)
+            .key(&self.keys[0])
+            .key(&self.keys[1])
+            .key(&self.keys[2])
+            .key(&self.keys[3])
+            .arg(&*self.value)
+            .arg(self.ttl_ms)
+            .arg(self.token);
+        let call = match ask {
+            Ask::Read => call.marker().arg("read").arg("").arg(0),
+            Ask::Swap(Seen {
+                state: KeyState::Absent,
+                ..
+            }) => call.marker().arg("absent").arg("").arg(0),
+            Ask::Swap(Seen {
+                run_id,
+                state: KeyState::Held { value, version, .. },
+            }) => call.arg(&**run_id).arg("swap").arg(&**value).arg(*version),
+        };
+        call.arg(if self.expiry { "x" } else { "" })
+            .decode(|ctx, v| decode_grant(&ctx.marker, v))
+    }
+}
+
+/// A node's answer to `lock_acquire.lua`: `{status, fence, value, version, ttl}`.
+pub(super) fn decode_grant(
+    marker: &Arc<str>,
+    v: redis::Value,
+) -> redis::RedisResult<NodeOutcome<Grant>> {
+    let (status, fence, cur_value, cur_version, cur_ttl): (i64, u64, String, u64, u64) =
+        redis::from_redis_value(v)?;
+    let state = if cur_value.is_empty() {
+        KeyState::Absent
+    } else {
+        KeyState::Held {
+            value: cur_value.into(),
+            version: cur_version,
+            ttl: Duration::from_millis(cur_ttl),
+        }
+    };
+    let grant = Grant {
+        status: match status {
+            1 => GrantStatus::Granted,
+            0 => GrantStatus::NotAsExpected,
+            -2 => GrantStatus::TokenLow,
+            _ => GrantStatus::Refused,
+        },
+        fence,
+        seen: Seen {
+            run_id: marker.clone(),
+            state,
+        },
+    };
+    Ok(if status == 1 {
+        NodeOutcome::Applied(grant)
+    } else {
+        NodeOutcome::Rejected(grant)
+    })
+}
+
+/// A node's answer to `lock_extend.lua`: applied (re-created a missing copy: `true`), marker
+/// stale (unknown), or held by another value.
+pub(super) fn decode_extension(v: redis::Value) -> redis::RedisResult<NodeOutcome<bool>> {
+    let status: i64 = redis::from_redis_value(v)?;
+    Ok(match status {
+        1 | 2 => NodeOutcome::Applied(status == 2),
+        -1 => NodeOutcome::Unknown(UnknownCause::Excluded("marker missing or stale".into())),
+        _ => NodeOutcome::Rejected(false),
+    })
+}

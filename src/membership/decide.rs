@@ -1,0 +1,283 @@
+//! Pure decisions of peer indexing: a member's assignment from the view it adopted, when it
+//! drains, what the leader seals next, which acknowledgements count, which member IDs run in
+//! two processes. Time comes in as parameters; no I/O, no clock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::assign::{self, Ownership, View, ViewState, ViewVersion};
+use super::group::Assignment;
+use super::register;
+use crate::clock::Stamp;
+
+/// The assignment a member with key `key` holds under `view`, given the validity of its last
+/// beat a majority applied (snapshotted BEFORE the view was read) and whether that validity
+/// is still running: an index in an active view, or in a prepared view it drains from.
+pub(super) fn assignment(
+    view: &View,
+    key: &Arc<str>,
+    beat_until: Option<Stamp>,
+    beat_valid: bool,
+    ownership: Ownership,
+) -> Option<Assignment> {
+    let index = view.index_of(key)?;
+    let until = beat_until.filter(|_| beat_valid)?;
+    let token = view.version.token()?;
+    let state = view.state;
+    if state != ViewState::Active && !view.draining.contains(&**key) {
+        return None;
+    }
+    Some(Assignment {
+        index,
+        replicas: view.replicas(),
+        version: view.version,
+        token,
+        state,
+        valid_until: until.mono,
+        until,
+        view: Arc::new(view.clone()),
+        previous: (state == ViewState::Prepare).then(|| Arc::new(view.previous_view())),
+        member: key.clone(),
+        ownership,
+    })
+}
+
+/// Whether a member must start draining: `view` is a prepared view it drains from, not yet
+/// acknowledged and not already draining.
+pub(super) fn starts_drain(
+    view: &View,
+    key: &str,
+    acked: Option<ViewVersion>,
+    draining: Option<ViewVersion>,
+) -> bool {
+    view.state == ViewState::Prepare
+        && view.draining.contains(key)
+        && acked != Some(view.version)
+        && draining != Some(view.version)
+}
+
+/// Whether two published assignments are the same for a watcher (no change to publish).
+pub(super) fn same_assignment(a: Option<&Assignment>, b: Option<&Assignment>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.version == b.version && a.index == b.index && a.valid_until == b.valid_until
+        }
+        _ => false,
+    }
+}
+
+/// What the leader seals next from the view it adopted, the live and gone members it judged,
+/// and (for a prepared view) the acknowledgements: `None` when nothing changes. A prepared
+/// view is activated once every member of the last active view acknowledged it or is gone;
+/// a membership change while draining prepares the next view. Without the barrier (a
+/// test-only switch) a prepared view is activated at once.
+pub(super) fn leader_decision(
+    view: &View,
+    live: &BTreeSet<String>,
+    gone: &BTreeSet<String>,
+    acks: &BTreeSet<String>,
+    term: u64,
+    barrier: bool,
+) -> Option<View> {
+    let members: BTreeSet<String> = view.members.keys().cloned().collect();
+    match view.state {
+        ViewState::Prepare if assign::transition_ready(view, acks, gone) => {
+            Some(view.activated(term))
+        }
+        ViewState::Prepare if *live != members => Some(view.next(live, term)),
+        ViewState::Prepare => None,
+        ViewState::Active if *live == members => None,
+        ViewState::Active if barrier => Some(view.next(live, term)),
+        ViewState::Active => Some(view.next(live, term).activated(term)),
+    }
+}
+
+/// The suffix of an acknowledgement's companion field, `<member>#h` = `<token>:<view digest>`.
+pub(super) const ACK_DIGEST: &str = "#h";
+
+/// Members whose acknowledgement (field `member` = token) covers the prepared view `token`
+/// with content `digest`: a token above it, or this token with no digest recorded or the same
+/// digest. An acknowledgement of this very token for other content is not counted (a fork
+/// would show there; it cannot happen while one version names one view).
+pub(crate) fn acked_members(
+    acks: &HashMap<String, String>,
+    token: u64,
+    digest: &str,
+) -> BTreeSet<String> {
+    acks.iter()
+        .filter(|(m, _)| !m.ends_with(ACK_DIGEST))
+        .filter_map(|(m, t)| Some((m, register::parse_int(t)?)))
+        .filter(|(m, t)| {
+            *t > token
+                || (*t == token
+                    && acks
+                        .get(&format!("{m}{ACK_DIGEST}"))
+                        .and_then(|d| d.split_once(':'))
+                        .is_none_or(|(dt, d)| dt != t.to_string() || d == digest))
+        })
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+/// The live member keys (`<id>#<nonce>`) that share a member ID with another live key: two
+/// processes joined with one ID.
+pub(super) fn duplicate_keys(live: &BTreeSet<String>) -> Vec<String> {
+    let mut by_id: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for key in live {
+        let id = key.rsplit_once('#').map_or(key.as_str(), |(id, _)| id);
+        by_id.entry(id).or_default().push(key);
+    }
+    by_id
+        .values()
+        .filter(|k| k.len() > 1)
+        .flat_map(|k| k.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(keys: &[&str]) -> BTreeSet<String> {
+        keys.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn active(members: &[&str], term: u64) -> View {
+        View::empty().next(&set(members), term).activated(term)
+    }
+
+    #[test]
+    fn the_leader_keeps_a_view_whose_members_are_live() {
+        let v = active(&["a#1", "b#1"], 1);
+        let none = set(&[]);
+        assert_eq!(
+            leader_decision(&v, &set(&["a#1", "b#1"]), &none, &none, 1, true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_membership_change_prepares_a_view_that_drains_the_old_members() {
+        let v = active(&["a#1", "b#1"], 1);
+        let none = set(&[]);
+        let next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, true)
+            .expect("a new view");
+        assert_eq!(next.state, ViewState::Prepare);
+        assert!(next.version > v.version);
+        assert!(next.draining.contains("a#1") && next.draining.contains("b#1"));
+        let unsafe_next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, false)
+            .expect("a new view");
+        assert_eq!(
+            unsafe_next.state,
+            ViewState::Active,
+            "without the barrier (test-only) it is active at once"
+        );
+    }
+
+    #[test]
+    fn a_prepared_view_is_activated_only_when_every_old_member_acked_or_is_gone() {
+        let v = active(&["a#1", "b#1"], 1);
+        let none = set(&[]);
+        let live = set(&["a#1", "b#1", "c#1"]);
+        let prepared = leader_decision(&v, &live, &none, &none, 1, true).expect("prepared");
+        assert_eq!(
+            leader_decision(&prepared, &live, &none, &set(&["a#1"]), 1, true),
+            None,
+            "b has neither acknowledged nor gone"
+        );
+        let activated = leader_decision(&prepared, &live, &none, &set(&["a#1", "b#1"]), 1, true)
+            .expect("activated");
+        assert_eq!(activated.state, ViewState::Active);
+        let b_gone = leader_decision(
+            &prepared,
+            &set(&["a#1", "c#1"]),
+            &set(&["b#1"]),
+            &set(&["a#1"]),
+            1,
+            true,
+        )
+        .expect("activated");
+        assert_eq!(
+            b_gone.state,
+            ViewState::Active,
+            "a gone member needs no ack"
+        );
+        let changed_again =
+            leader_decision(&prepared, &set(&["a#1"]), &none, &none, 1, true).expect("re-prepared");
+        assert_eq!(changed_again.state, ViewState::Prepare);
+        assert!(changed_again.version > prepared.version);
+    }
+
+    #[test]
+    fn an_assignment_needs_a_valid_beat_and_a_place_in_the_view() {
+        let key: Arc<str> = "a#1".into();
+        let v = active(&["a#1", "b#1"], 1);
+        let until = Some(Stamp::now());
+        let a = assignment(&v, &key, until, true, Ownership::Modulo).expect("assigned");
+        assert_eq!((a.replicas, a.state), (2, ViewState::Active));
+        assert!(
+            assignment(&v, &key, until, false, Ownership::Modulo).is_none(),
+            "lease over"
+        );
+        assert!(
+            assignment(&v, &key, None, true, Ownership::Modulo).is_none(),
+            "never beat"
+        );
+        let stranger: Arc<str> = "z#9".into();
+        assert!(assignment(&v, &stranger, until, true, Ownership::Modulo).is_none());
+    }
+
+    #[test]
+    fn under_a_prepared_view_only_draining_members_hold_anything() {
+        let v = active(&["a#1"], 1);
+        let prepared = v.next(&set(&["a#1", "c#1"]), 1);
+        let (a, c): (Arc<str>, Arc<str>) = ("a#1".into(), "c#1".into());
+        let until = Some(Stamp::now());
+        let held = assignment(&prepared, &a, until, true, Ownership::Modulo).expect("draining");
+        assert_eq!(held.state, ViewState::Prepare);
+        assert!(
+            assignment(&prepared, &c, until, true, Ownership::Modulo).is_none(),
+            "a joining member owns nothing before activation"
+        );
+        assert!(starts_drain(&prepared, "a#1", None, None));
+        assert!(
+            !starts_drain(&prepared, "a#1", Some(prepared.version), None),
+            "acked"
+        );
+        assert!(
+            !starts_drain(&prepared, "a#1", None, Some(prepared.version)),
+            "draining"
+        );
+        assert!(
+            !starts_drain(&prepared, "c#1", None, None),
+            "nothing to drain"
+        );
+    }
+
+    #[test]
+    fn acknowledgements_count_for_this_token_and_content_or_later() {
+        let acks: HashMap<String, String> = [
+            ("a#1", "7"),
+            ("b#1", "8"),
+            ("c#1", "6"),
+            ("d#1", "7"),
+            ("d#1#h", "7:other"),
+            ("e#1", "7"),
+            ("e#1#h", "7:same"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(acked_members(&acks, 7, "same"), set(&["a#1", "b#1", "e#1"]));
+    }
+
+    #[test]
+    fn two_live_processes_with_one_id_are_reported() {
+        assert_eq!(
+            duplicate_keys(&set(&["a#1", "a#2", "b#1"])),
+            vec!["a#1".to_string(), "a#2".to_string()]
+        );
+        assert!(duplicate_keys(&set(&["a#1", "b#1"])).is_empty());
+    }
+}

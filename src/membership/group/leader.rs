@@ -1,0 +1,220 @@
+//! The group leader's step: judge the members from their beats, seal the next view,
+//! activate a prepared one when the barrier allows.
+
+use super::*;
+
+/// A term's sequence numbers above this are not used (a view token holds 20 bits of seq).
+pub(super) const SEQ_ROLLOVER: u64 = (1 << 20) - 16;
+
+/// Whether this member still leads in `term` with a margin of its lease left (one node timeout,
+/// at most an eighth of the interval): room for a seal to land while the lease holds. A seal
+/// that lands later is still harmless (the compare-and-set on its base refuses it wherever a
+/// newer leader sealed); the margin only avoids wasted seals.
+pub(super) fn still_leading(shared: &Shared, term: u64) -> bool {
+    let guard = shared.leadership.lock().unwrap_or_else(|p| p.into_inner());
+    let margin = shared
+        .client
+        .config()
+        .node_timeout
+        .min(shared.opts.interval / 8);
+    guard.as_ref().is_some_and(|l| {
+        l.is_leader() && l.term().get() == term && l.guard().valid_until() > Instant::now() + margin
+    })
+}
+
+pub(super) fn leader_term(shared: &Shared) -> Option<u64> {
+    let guard = shared.leadership.lock().unwrap_or_else(|p| p.into_inner());
+    guard
+        .as_ref()
+        .filter(|l| l.is_leader())
+        .map(|l| l.term().get())
+}
+
+/// Members that acknowledged the prepared `view` on any node of a majority.
+pub(super) async fn acknowledged(shared: &Shared, view: &View) -> Result<BTreeSet<String>, Error> {
+    let token = view.version.token().map(|t| t.get()).unwrap_or(u64::MAX);
+    let digest = view.content_digest();
+    let read = Step::read(vec![hgetall(&shared.ack_key)], |_, v| {
+        decode::value::<std::collections::HashMap<String, String>>(v)
+    });
+    let tally = shared
+        .client
+        .decide(Request::vote("group.acks"), read)
+        .await?;
+    Ok(tally
+        .replies()
+        .flat_map(|(_, acks)| acked_members(acks, token, &digest))
+        .collect())
+}
+
+pub(super) async fn ack(shared: &Shared, version: ViewVersion, digest: Arc<str>) -> bool {
+    let Some(token) = version.token() else {
+        return false;
+    };
+    let id = &shared.key;
+    let companion = (
+        format!("{id}{ACK_DIGEST}"),
+        format!("{}:{digest}", token.get()),
+    );
+    let step = crate::jobs::record_step(
+        &shared.ack_key,
+        id,
+        token.get(),
+        Some((&companion.0, &companion.1)),
+    );
+    shared
+        .client
+        .send(Request::vote("group.ack"), step)
+        .await
+        .reached()
+}
+
+/// The leader's judgement of the group from one round of beat readings: the live members
+/// (present on an answering node, or in the view and not yet gone) and the gone ones (beat
+/// unchanged on a majority for the lease time + drift, on the leader's own clock). No node
+/// clock plays any part. Two live processes with one member ID are reported.
+pub(super) fn judge_members(
+    shared: &Shared,
+    view: &View,
+    readings: &[BeatReading],
+    lease: Duration,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let needed = shared.client.majority().needed();
+    let nodes = shared.client.node_urls().len();
+    let answered: Vec<usize> = readings.iter().map(|(n, _, _)| *n).collect();
+    let mut in_view: BTreeSet<String> = view.members.keys().cloned().collect();
+    in_view.extend(view.draining.iter().cloned());
+    let window = lease::watch_window(lease);
+    let (live, gone) = if shared.client.config().server_clock_leases {
+        // TEST ONLY: the old unsafe rule, "gone when absent on a majority of the answers".
+        let present: BTreeSet<String> = readings
+            .iter()
+            .flat_map(|(_, _, b)| {
+                b.iter()
+                    .filter(|(_, v)| &***v != LEFT)
+                    .map(|(k, _)| k.clone())
+            })
+            .collect();
+        let gone = in_view.difference(&present).cloned().collect();
+        (present, gone)
+    } else {
+        let mut beats = shared.beats.lock().unwrap_or_else(|p| p.into_inner());
+        beats.observe(nodes, readings, &in_view, Instant::now());
+        let mut candidates = beats.present(&answered);
+        candidates.extend(in_view.iter().cloned());
+        // A member that left wrote "left" itself, after it stopped owning: gone at once.
+        let left: BTreeSet<&String> = readings
+            .iter()
+            .flat_map(|(_, _, b)| b.iter().filter(|(_, v)| &***v == LEFT).map(|(k, _)| k))
+            .collect();
+        let gone: BTreeSet<String> = candidates
+            .iter()
+            .filter(|m| left.contains(m) || beats.gone(m, &answered, needed, window))
+            .cloned()
+            .collect();
+        beats.prune(&answered, needed, window, &in_view);
+        // Clean up the entries of gone members that no view names any more (guarded: an
+        // entry that changed since, because the member beat again, is kept).
+        let garbage: BeatGarbage = gone
+            .iter()
+            .filter(|m| !in_view.contains(*m))
+            .map(|m| (m.clone(), beats.last_values(m, &answered)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        drop(beats);
+        if !garbage.is_empty() {
+            let client = shared.client.clone();
+            let key = shared.members_key.clone();
+            tokio::spawn(collect_garbage(client, key, garbage));
+        }
+        (candidates.difference(&gone).cloned().collect(), gone)
+    };
+    let dups = decide::duplicate_keys(&live);
+    let mut reported = shared
+        .duplicates_reported
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if !dups.is_empty() && *reported != dups {
+        shared
+            .duplicates
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(group = %shared.group, processes = ?dups, "two live processes use one member ID: each is a separate member");
+    }
+    *reported = dups;
+    drop(reported);
+    (live, gone)
+}
+
+/// The leader's step: seal a new view when membership changed; activate a prepared view once
+/// the barrier allows. Returns the view now current (Err carries the unchanged view).
+pub(super) async fn leader_step(
+    shared: &Shared,
+    view: View,
+    term: u64,
+    lease: Duration,
+) -> Result<View, View> {
+    if term < view.version.term {
+        return Err(view); // a newer leader sealed this view: we are deposed
+    }
+    // Read AFTER the view: when a prepared view is judged below, every reading is later than
+    // its seal (the barrier's argument needs it).
+    let readings = match read_beats(shared).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
+            return Err(view);
+        }
+    };
+    let (live, gone) = judge_members(shared, &view, &readings, lease);
+    tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
+    // Acknowledgements matter only for a prepared view.
+    let acks = match view.state {
+        ViewState::Prepare => match acknowledged(shared, &view).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(group = %shared.group, error = %e, "leader: cannot read acknowledgements");
+                return Err(view);
+            }
+        },
+        ViewState::Active => BTreeSet::new(),
+    };
+    let barrier = shared.opts.barrier;
+    let Some(next) = decide::leader_decision(&view, &live, &gone, &acks, term, barrier) else {
+        return Err(view);
+    };
+    // Terms roll over before a term's sequence numbers run out: step down, so the next
+    // campaign seals under a new term.
+    if next.version.seq >= SEQ_ROLLOVER {
+        tracing::warn!(group = %shared.group, version = ?next.version, "view sequence of this term nearly exhausted: stepping down for a new term");
+        let leadership = shared
+            .leadership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(l) = leadership {
+            let _ = l.resign().await;
+        }
+        return Err(view);
+    }
+    // Still the leader, with room for the write to land within the lease.
+    if !still_leading(shared, term) {
+        return Err(view);
+    }
+    match shared.register.seal(next).await {
+        Err(e) => {
+            tracing::debug!(group = %shared.group, error = %e, "leader: cannot write the view");
+            Err(view)
+        }
+        Ok(next) => {
+            tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
+            // Acknowledgements below an active view's token can never matter again (only a
+            // later prepared view's, with a higher token, are read): drop them, so the hash
+            // does not grow with every process that ever joined.
+            if let (ViewState::Active, Some(token)) = (next.state, next.version.token()) {
+                let (client, key) = (shared.client.clone(), shared.ack_key.clone());
+                tokio::spawn(crate::jobs::prune(client, key, token.get(), 0));
+            }
+            Ok(next)
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Group membership with one agreed view, sealed by the group's leader, and the two-phase
+//! transition the library enforces. No decision reads a node's clock.
+//!
+//! The guarantees are documented on `Member`.
+//!
+//! - `mod.rs`: [`Member`], [`Assignment`], joining and leaving.
+//! - `options.rs`: [`GroupOptions`], [`Drain`], [`DrainHook`].
+//! - `beats.rs`: the member's beats on their own timer; reading the group's beats.
+//! - `run.rs`: the member's loop (read the view, drain, acknowledge, publish).
+//! - `leader.rs`: the group leader's step (judge members, seal, activate).
+//! - The pure decisions are in `membership/decide.rs`.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::assign::{Ownership, View, ViewState, ViewVersion};
+use crate::client::{decode, script_call, Client, Guard, NodeCtx, Request, Step, Steps};
+use crate::clock::Stamp;
+use crate::election::{Election, Leadership};
+use crate::error::Error;
+use crate::fencing::FencingToken;
+use crate::keys::{KeyKind, Name};
+use crate::lease::{self, BeatGarbage, BeatReading, Beats};
+use crate::lock::{Lock, LockOptions};
+use crate::scripts::MEMBER_BEAT;
+
+use super::register::{self, ViewRegister};
+
+mod beats;
+mod leader;
+mod options;
+mod run;
+
+pub use options::{Drain, DrainHook, GroupOptions};
+
+use super::decide::{self, acked_members, ACK_DIGEST};
+pub(crate) use beats::beat_reading;
+use beats::{beat, beat_loop, collect_garbage, hgetall, read_beats, LEFT};
+use leader::{ack, leader_step, leader_term};
+use run::member_loop;
+
+/// What a member may do: its place in the active view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    /// This member's dense index, `0..replicas`.
+    pub index: u32,
+    /// Members in the view.
+    pub replicas: u32,
+    /// The view's version.
+    pub version: ViewVersion,
+    /// The version as a fencing token: pass it with every write of a task's effects.
+    pub token: FencingToken,
+    /// [`ViewState::Active`]: owns what the view gives it. [`ViewState::Prepare`]: a
+    /// transition is draining; owns only the tasks the last active view and the new one both
+    /// give it.
+    pub state: ViewState,
+    /// Ownership ends here unless the membership lease is refreshed (monotonic clock).
+    pub valid_until: Instant,
+    /// The same end on the boot clock (counts host suspend).
+    pub(super) until: Stamp,
+    pub(super) view: Arc<View>,
+    /// For a prepared view: the last active view (a task must be ours under both).
+    pub(super) previous: Option<Arc<View>>,
+    pub(super) member: Arc<str>,
+    pub(super) ownership: Ownership,
+}
+
+impl Assignment {
+    /// Whether this assignment gives task `task_id` to this member (ignoring time): under an
+    /// active view, when the view says so; under a prepared one, only when both it and the last
+    /// active view say so (tasks whose owner changes are held by nobody until activation).
+    pub fn covers(&self, task_id: u64) -> bool {
+        let key = task_id.to_le_bytes();
+        let mine = |v: &View| v.owner(&key, task_id, self.ownership) == Some(&*self.member);
+        match self.state {
+            ViewState::Active => mine(&self.view),
+            ViewState::Prepare => mine(&self.view) && self.previous.as_deref().is_some_and(mine),
+        }
+    }
+
+    /// Whether this member owns task `task_id` now (false once `valid_until` has passed, on
+    /// the monotonic or the boot clock).
+    pub fn owns(&self, task_id: u64) -> bool {
+        !self.until.passed() && self.covers(task_id)
+    }
+}
+
+/// Group membership with one agreed view, sealed by the group's leader, and the two-phase
+/// transition the library enforces. No decision reads a node's clock.
+///
+/// Each process that joins gets a member key `<id>#<random nonce>` (two processes with one ID
+/// are two members; the leader reports them). It beats every interval, on a timer of its own,
+/// with the seed's random constant skew: a beat writes a sequence number that grows with every
+/// beat into a hash on every node (`member_beat.lua`), with no expiry. Its own validity is the
+/// send time of its last beat a majority applied, plus the lease (1.25 intervals), minus drift,
+/// on its monotonic clock (and the boot clock).
+///
+/// Members campaign for the group's leader lease (a [`crate::Lock`]). The leader judges a
+/// member **gone** only when, on a majority of the nodes it just read, it has seen the member's
+/// beat (or its absence) unchanged, on one node incarnation, for the lease plus drift on its
+/// own monotonic clock (`lease::Beats`; every member keeps this watch warm from its view
+/// reads, so a new leader judges without waiting a whole lease first). The leader seals views
+/// (`prepare`), waits until every member of the last active view has drained and acknowledged
+/// or is gone, then activates them. Views live in a quorum register (a compare-and-set on
+/// each view's base on every node, committed on a majority, see `register.rs`); readers
+/// take the highest version from a majority and write it back to a majority before adopting
+/// it, so no two instances adopt views in opposite orders and views cannot fork.
+///
+/// # Why the barrier holds without node clocks
+/// A member M owns tasks of the active view V1 only through an assignment published after a
+/// view read that returned V1, carrying the validity of a beat whose reply arrived before that
+/// read started (the loop snapshots the validity first). Suppose the leader activates the
+/// prepared V2 because M is gone: on a majority R of nodes read after V2 was sealed, M's beat
+/// stayed unchanged from a first reading r_n to a last f_n, at least lease + drift apart. Take
+/// any beat b of M that a majority applied; it shares a node n with R. If b reached n before
+/// r_n, it was sent before r_n, so M's validity from it ends (on real time) before f_n and
+/// before the activation. It cannot have reached n between r_n and f_n (the value would have
+/// changed; sequence numbers never repeat, and a wipe changes the run_id, which restarts the
+/// watch). If it reached n after f_n, which is after V2 was sealed, M's next view read starts
+/// after b's reply and returns V2 or newer, so b never backs a V1 assignment. Either way M
+/// owns no V1 task once V2 is active. A member that acknowledged V2 had already narrowed to the
+/// tasks both views give it.
+///
+/// A member owns tasks under an **active** view that contains it (and, while a new view is
+/// prepared, only the tasks both views give it), and only while its own membership lease is
+/// valid; its assignment carries the view version as a fencing token, so a stale owner's
+/// writes are rejected by the resource guards.
+///
+/// Assumptions, beyond the crate's: clients' monotonic clocks run within
+/// [`MAX_DRIFT_RATE`](crate::MAX_DRIFT_RATE) of real time; nodes' wall clocks may step at any
+/// time. Not guaranteed: progress without a majority; a graceful leave or a crash is seen only
+/// after the lease time (about 1.3 intervals) has passed unchanged.
+///
+/// A member of a group. Dropping it stops heartbeats (its lease then expires); prefer
+/// [`leave`](Member::leave).
+pub struct Member {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("group", &self.shared.group)
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+struct Shared {
+    client: Client,
+    group: Name,
+    id: Arc<str>,
+    /// `<id>#<nonce>`: this process's key in beats, acknowledgements and views. A new process
+    /// with the same ID has another nonce, so it is another member.
+    key: Arc<str>,
+    /// End of this member's lease validity (send of the last beat a majority applied + lease
+    /// - drift), written by the beat task.
+    beat_until: Mutex<Option<Stamp>>,
+    /// Woken by every successful beat, so the loop reads the view and republishes at once.
+    beaten: tokio::sync::Notify,
+    /// The leader's watch over the group's beats.
+    beats: Mutex<Beats>,
+    /// How often the leader saw two live processes with one member ID.
+    duplicates: std::sync::atomic::AtomicUsize,
+    /// The duplicate member keys last reported (reported again only when they change).
+    duplicates_reported: Mutex<Vec<String>>,
+    opts: GroupOptions,
+    members_key: Arc<str>,
+    register: ViewRegister,
+    ack_key: Arc<str>,
+    tx: watch::Sender<Option<Assignment>>,
+    election: Election,
+    leadership: Mutex<Option<Leadership>>,
+    view_changes: watch::Sender<Option<View>>,
+    history: Mutex<Vec<(Instant, Option<Assignment>)>>,
+    frozen_until: Mutex<Option<Instant>>,
+}
+
+impl Member {
+    /// Join `group` as `id` and start heartbeating. Returns at once; watch
+    /// [`changes`](Self::changes) for the first assignment.
+    ///
+    /// # Errors
+    /// [`Error::Name`] for an invalid group or ID; [`Error::InvalidArgument`] for an interval
+    /// outside 100 ms ..= 1 h.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is sent before it returns (the member's tasks start then).
+    pub async fn join(
+        client: &Client,
+        group: &str,
+        id: &str,
+        opts: GroupOptions,
+    ) -> Result<Member, Error> {
+        let group = Name::new("group", group)?;
+        let member = Name::new("member", id)?;
+        if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&opts.interval) {
+            return Err(Error::InvalidArgument(format!(
+                "group interval {:?} is outside 100ms..=1h",
+                opts.interval
+            )));
+        }
+        let election = leader_election(client, &group, &member, opts.interval)?;
+        let (tx, _) = watch::channel(None);
+        let (view_changes, _) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            // TEST ONLY (the unsafe classic design): one key per ID, shared by every process
+            // that joins with it.
+            key: member_key(client, &member),
+            beat_until: Mutex::new(None),
+            beaten: tokio::sync::Notify::new(),
+            beats: Mutex::new(Beats::default()),
+            duplicates: std::sync::atomic::AtomicUsize::new(0),
+            duplicates_reported: Mutex::new(Vec::new()),
+            client: client.clone(),
+            members_key: group.key(KeyKind::Members).into(),
+            register: ViewRegister::new(
+                client,
+                group.key(KeyKind::View).into(),
+                group.key(KeyKind::Members).into(),
+                opts.forkable_views,
+            ),
+            ack_key: group.key(KeyKind::Ack).into(),
+            id: member.as_str().into(),
+            group,
+            opts,
+            tx,
+            election,
+            leadership: Mutex::new(None),
+            view_changes,
+            history: Mutex::new(Vec::new()),
+            frozen_until: Mutex::new(None),
+        });
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(member_loop(shared.clone(), stop.clone()));
+        Ok(Member {
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The current assignment, if this member owns anything now.
+    pub fn assignment(&self) -> Option<Assignment> {
+        self.shared
+            .tx
+            .borrow()
+            .clone()
+            .filter(|a| Instant::now() < a.valid_until)
+    }
+
+    /// Whether this member owns `task_id` now.
+    pub fn owns(&self, task_id: u64) -> bool {
+        self.assignment().is_some_and(|a| a.owns(task_id))
+    }
+
+    /// Every assignment change (`None`: owns nothing, e.g. while a transition drains).
+    pub fn changes(&self) -> watch::Receiver<Option<Assignment>> {
+        self.shared.tx.subscribe()
+    }
+
+    /// Every view this member adopted (prepare and active), for observers such as `index watch`.
+    pub fn views(&self) -> watch::Receiver<Option<View>> {
+        self.shared.view_changes.subscribe()
+    }
+
+    /// TEST ONLY: every published assignment with the instant it was published (needs
+    /// [`GroupOptions::record_history_for_tests`]). Ownership under entry `i` lasts from its
+    /// instant until the next entry's instant or its `valid_until`, whichever comes first.
+    #[cfg(feature = "test-util")]
+    pub fn history_for_tests(&self) -> Vec<(Instant, Option<Assignment>)> {
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// This member's ID.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// This process's member key, `<id>#<nonce>`: how views, beats and acknowledgements name
+    /// it ([`View::index_of`] takes it). Two processes that join with one ID get two keys.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// TEST ONLY: how many times this member, while leading, saw two live processes with one
+    /// member ID.
+    #[cfg(feature = "test-util")]
+    pub fn duplicates_seen_for_tests(&self) -> usize {
+        self.shared
+            .duplicates
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Leave gracefully: stop owning, drop the membership lease on every node, step down as
+    /// leader.
+    ///
+    /// # Cancel safety
+    /// Ownership ends before anything is sent; a dropped call leaves the membership lease on
+    /// the nodes, and the leader judges the member gone after the lease time.
+    pub async fn leave(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// TEST ONLY: freeze this member for `d` (no beats, no reads, nothing published), as if
+    /// its process were stopped; it resumes on its own.
+    #[cfg(feature = "test-util")]
+    pub fn freeze_for_tests(&self, d: Duration) {
+        *self
+            .shared
+            .frozen_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + d);
+    }
+
+    /// TEST ONLY: [`leave`](Self::leave), then return the complete history.
+    ///
+    /// # Cancel safety
+    /// As [`leave`](Self::leave).
+    #[cfg(feature = "test-util")]
+    pub async fn leave_with_history_for_tests(self) -> Vec<(Instant, Option<Assignment>)> {
+        let shared = self.shared.clone();
+        self.leave().await;
+        let h = shared
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        h
+    }
+
+    /// TEST ONLY: stop heartbeating and reading, as if the process froze or crashed, without
+    /// leaving. The member's lease then expires.
+    #[cfg(feature = "test-util")]
+    pub fn crash_for_tests(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        if let Some(l) = self
+            .shared
+            .leadership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            l.guard().suspend_extension_for_tests();
+            std::mem::forget(l);
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The group leader's election: a lease under the group's own key kinds, held in the name of
+/// this member's ID.
+fn leader_election(
+    client: &Client,
+    group: &Name,
+    member: &Name,
+    interval: Duration,
+) -> Result<Election, Error> {
+    let candidate = Election::candidate_label(member.as_str())?;
+    let lock = Lock::with_kinds(
+        client,
+        group.as_str(),
+        interval,
+        LockOptions::default().with_holder(&candidate),
+        KeyKind::GroupLock,
+        KeyKind::GroupFence,
+    )?;
+    Ok(Election::on_lock(lock, candidate))
+}
+
+/// This process's member key, `<id>#<64 random bits>`, so two processes with one ID are two
+/// members (TEST ONLY, in the unsafe classic design: the ID itself, shared by them).
+fn member_key(client: &Client, member: &Name) -> Arc<str> {
+    if client.config().server_clock_leases {
+        return member.as_str().into();
+    }
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes = rand::random();
+    }
+    format!("{}#{:016x}", member.as_str(), u64::from_le_bytes(bytes)).into()
+}
+
+/// Aborts a background task when dropped (also when the member's own task is aborted).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn frozen_until(shared: &Shared) -> Option<Instant> {
+    *shared
+        .frozen_until
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn publish(shared: &Shared, assignment: Option<Assignment>) {
+    shared.tx.send_if_modified(|cur| {
+        let same = decide::same_assignment(cur.as_ref(), assignment.as_ref());
+        if !same {
+            if shared.opts.record_history {
+                // Recorded before the new value is visible, so the history never starts an
+                // ownership later than `owns()` could first report it.
+                let mut h = shared.history.lock().unwrap_or_else(|p| p.into_inner());
+                h.push((Instant::now(), assignment.clone()));
+            }
+            *cur = assignment;
+        }
+        !same
+    });
+}

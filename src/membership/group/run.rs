@@ -1,0 +1,181 @@
+//! The member's loop: read the view (every tick, and at once after a beat), drain and
+//! acknowledge a prepared view, publish the assignment.
+
+use super::*;
+
+/// What the loop carries from one round to the next.
+#[derive(Default)]
+struct Progress {
+    /// The last prepared view this member acknowledged.
+    acked: Option<ViewVersion>,
+    /// The last assignment under an active view (what a drain hook gives up from).
+    last_active: Option<Assignment>,
+    /// A prepared view being drained: its version and the running drain hook, if any.
+    draining: Option<(ViewVersion, Option<tokio::task::JoinHandle<()>>)>,
+}
+
+/// The member's loop, until `stop`; then it leaves.
+pub(super) async fn member_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let interval = shared.opts.interval;
+    // Views are read every tick, so a prepared view is drained and acknowledged, and an
+    // acknowledged one activated, within a fraction of an interval.
+    let tick = interval / 8;
+    // A membership lease outlives one missed beat by a quarter interval, so a crashed member's
+    // lease is gone, and the view without it active, within two intervals.
+    let lease = interval + interval / 4;
+    let mut progress = Progress::default();
+    let _beater = AbortOnDrop(tokio::spawn(beat_loop(shared.clone(), lease)));
+    let _campaigner = AbortOnDrop(tokio::spawn(campaign(shared.clone(), stop.clone())));
+    loop {
+        if let Some(until) = frozen_until(&shared) {
+            tokio::time::sleep_until(until).await;
+        }
+        round(&shared, &mut progress, lease).await;
+        // Next round at the tick, or at once after a beat: an assignment's validity comes only
+        // from a beat sent before a view read, so a fresh beat needs a fresh read to count.
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(tick) => {}
+            _ = shared.beaten.notified() => {}
+        }
+    }
+    drop(_campaigner);
+    drop(_beater);
+    leave(&shared).await;
+}
+
+/// Campaign for the group's leader lease until `stop`, holding leadership while it lasts.
+async fn campaign(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            won = shared.election.campaign() => if let Ok(l) = won {
+                let lost = l.lost();
+                *shared.leadership.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+                tokio::select! { _ = stop.cancelled() => return, _ = lost => {} }
+                shared.leadership.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+        }
+    }
+}
+
+/// One round: read the view (leading if this member leads), publish the assignment it gives,
+/// drain and acknowledge a prepared view.
+async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
+    // The validity an assignment may carry comes from a beat sent BEFORE the view read below
+    // (the barrier's argument depends on it): snapshot it first.
+    let beat_until = *shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
+    let view = match read_view(shared).await {
+        Ok(view) => view,
+        Err(e) => {
+            tracing::debug!(group = %shared.group, member = %shared.key, error = %e, "cannot read the view");
+            if beat_until.is_none_or(|u| u.passed()) {
+                publish(shared, None);
+            }
+            return;
+        }
+    };
+    let view = match leader_term(shared) {
+        Some(term) => leader_step(shared, view, term, lease)
+            .await
+            .unwrap_or_else(|v| v),
+        None => view,
+    };
+    shared.view_changes.send_if_modified(|v| {
+        let changed = v.as_ref() != Some(&view);
+        if changed {
+            *v = Some(view.clone());
+        }
+        changed
+    });
+    let beat_valid = beat_until.is_some_and(|u| !u.passed());
+    let ownership = shared.opts.ownership;
+    let assignment = decide::assignment(&view, &shared.key, beat_until, beat_valid, ownership);
+    drain_and_ack(shared, progress, &view, &assignment).await;
+    if assignment
+        .as_ref()
+        .is_some_and(|a| a.state == ViewState::Active)
+    {
+        progress.last_active = assignment.clone();
+    }
+    publish(shared, assignment);
+}
+
+/// Drain and acknowledge a prepared view that takes over from one we worked under: first
+/// narrow what we own to the tasks we keep, then let the user drain the rest. The hook runs in
+/// a task of its own, so the loop keeps publishing (and the narrowed assignment keeps its
+/// validity) however long the hook takes.
+async fn drain_and_ack(
+    shared: &Shared,
+    progress: &mut Progress,
+    view: &View,
+    assignment: &Option<Assignment>,
+) {
+    let draining = progress.draining.as_ref().map(|(v, _)| *v);
+    if decide::starts_drain(view, &shared.key, progress.acked, draining) {
+        publish(shared, assignment.clone());
+        let hook = match (shared.opts.drain.clone(), progress.last_active.take()) {
+            (Some(hook), Some(from)) => {
+                let drain = Drain {
+                    from,
+                    keeps: assignment.clone(),
+                };
+                let timeout = shared.opts.drain_timeout;
+                Some(tokio::spawn(async move {
+                    let _ = tokio::time::timeout(timeout, hook(drain)).await;
+                }))
+            }
+            _ => None,
+        };
+        progress.draining = Some((view.version, hook));
+    }
+    if let Some((version, hook)) = &progress.draining {
+        let done = hook.as_ref().is_none_or(|h| h.is_finished());
+        if *version != view.version {
+            progress.draining = None; // a newer view replaced it before we acknowledged
+        } else if done && ack(shared, *version, view.content_digest().into()).await {
+            progress.acked = Some(*version);
+            progress.draining = None;
+        }
+    }
+}
+
+/// Leave: own nothing, drop the lease everywhere, step down.
+async fn leave(shared: &Shared) {
+    publish(shared, None);
+    let _ = beat(shared, 0, true).await;
+    let leadership = shared
+        .leadership
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(l) = leadership {
+        let _ = l.resign().await;
+    }
+}
+
+/// Read the view from a majority, take the highest version and write it back to a majority
+/// before returning it (so every later reader sees at least this view). The beats read with it
+/// feed this member's watch (a warm watch for when it leads).
+pub(super) async fn read_view(shared: &Shared) -> Result<View, Error> {
+    let reading = shared.register.read().await?;
+    if !shared.client.config().server_clock_leases {
+        let mut in_view = BTreeSet::new();
+        let answers: Vec<_> = reading.views.iter().collect();
+        if let Ok(Some(v)) = register::pick(&answers) {
+            in_view.extend(v.members.keys().cloned());
+            in_view.extend(v.draining.iter().cloned());
+        }
+        shared
+            .beats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(
+                shared.client.node_urls().len(),
+                &reading.beats,
+                &in_view,
+                reading.at,
+            );
+    }
+    shared.register.adopt(&reading).await
+}
