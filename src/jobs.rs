@@ -85,8 +85,16 @@ pub(crate) const RETAINED_RECORDS: u64 = 1024;
 /// Drop the fields of a hash of integers below `threshold`, then the lowest while more than
 /// `keep` remain (0: no limit), on every voting node (best effort: garbage collection).
 pub(crate) async fn prune(client: Client, key: Arc<str>, threshold: u64, keep: u64) {
-    let step = script_call(&PRUNE, Guard::Marker)
-        .key(&*key)
+    let step = prune_step(&key, threshold, keep);
+    let _ = client
+        .send(Request::vote("gc.prune").wait_all(), step)
+        .await;
+}
+
+/// `prune.lua` on the hash `key`, marker-guarded.
+fn prune_step(key: &str, threshold: u64, keep: u64) -> Step<()> {
+    script_call(&PRUNE, Guard::Marker)
+        .key(key)
         .marker_key()
         .arg(threshold)
         .arg(keep)
@@ -98,8 +106,57 @@ pub(crate) async fn prune(client: Client, key: Arc<str>, threshold: u64, keep: u
             } else {
                 NodeOutcome::Rejected(())
             })
-        });
-    let _ = client
-        .send(Request::vote("gc.prune").wait_all(), step)
-        .await;
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::NodeCtx;
+    use redis::Value;
+
+    fn ctx() -> NodeCtx {
+        NodeCtx {
+            node: 0,
+            marker: "r/c".into(),
+            run_id: "r".into(),
+        }
+    }
+
+    #[test]
+    fn records_and_acknowledgements_are_marker_guarded_scripts() {
+        let record = record_step("rq:done:j", "2026-11-23", 7, None);
+        assert!(record.is_guarded());
+        assert_eq!(record.args_for_tests("r/c"), vec!["2026-11-23", "7", "r/c"]);
+        let ack = record_step("rq:ack:g", "m#1", 9, Some(("m#1#h", "9:abc")));
+        assert_eq!(
+            ack.args_for_tests("r/c"),
+            vec!["m#1", "9", "r/c", "m#1#h", "9:abc"]
+        );
+        let reply = |s: i64| Value::Array(vec![Value::Int(s), Value::Int(3)]);
+        assert_eq!(
+            record.decode_for_tests(&ctx(), reply(1)).ok(),
+            Some(NodeOutcome::Applied(()))
+        );
+        assert_eq!(
+            record.decode_for_tests(&ctx(), reply(-1)).ok(),
+            Some(NodeOutcome::Rejected(())),
+            "a stale marker changes nothing and does not count"
+        );
+    }
+
+    #[test]
+    fn pruning_is_marker_guarded() {
+        let step = prune_step("rq:ack:g", 5, 0);
+        assert!(step.is_guarded());
+        assert_eq!(step.args_for_tests("r/c"), vec!["5", "0", "r/c"]);
+        assert_eq!(
+            step.decode_for_tests(&ctx(), Value::Int(-1)).ok(),
+            Some(NodeOutcome::Rejected(()))
+        );
+        assert_eq!(
+            step.decode_for_tests(&ctx(), Value::Int(2)).ok(),
+            Some(NodeOutcome::Applied(()))
+        );
+    }
 }

@@ -192,6 +192,8 @@ pub(crate) enum Body {
         keys: Vec<String>,
         args: Vec<Arg>,
         guard: Guard,
+        /// A marker (the node's, or one the caller watched) is among the arguments.
+        marker_placed: bool,
     },
     /// Commands in one pipeline; with `checked`, behind a read of the marker.
     Commands {
@@ -226,11 +228,13 @@ impl Clone for Body {
                 keys,
                 args,
                 guard,
+                marker_placed,
             } => Body::Script {
                 script,
                 keys: keys.clone(),
                 args: args.clone(),
                 guard: *guard,
+                marker_placed: *marker_placed,
             },
             Body::Commands { cmds, checked } => Body::Commands {
                 cmds: cmds.clone(),
@@ -247,6 +251,7 @@ pub(crate) struct ScriptCall {
     keys: Vec<String>,
     args: Vec<Arg>,
     guard: Guard,
+    marker_placed: bool,
 }
 
 impl ScriptCall {
@@ -270,6 +275,14 @@ impl ScriptCall {
     /// The marker this node must hold, as the next argument.
     pub(crate) fn marker(mut self) -> Self {
         self.args.push(Arg::Marker);
+        self.marker_placed = true;
+        self
+    }
+
+    /// A marker of the caller's choosing (the incarnation it watched), as the next argument.
+    pub(crate) fn marker_as(mut self, marker: &str) -> Self {
+        self.args.push(Arg::Val(marker.as_bytes().to_vec()));
+        self.marker_placed = true;
         self
     }
 
@@ -283,18 +296,9 @@ impl ScriptCall {
                 keys: self.keys,
                 args: self.args,
                 guard: self.guard,
+                marker_placed: self.marker_placed,
             },
             decode: Arc::new(decode),
-        }
-    }
-
-    /// Whether a marker-guarded call actually carries the marker (every builder's unit test
-    /// checks this).
-    #[cfg(test)]
-    pub(crate) fn guard_is_wired(&self) -> bool {
-        match self.guard {
-            Guard::Marker => self.args.contains(&Arg::Marker),
-            Guard::None(_) => true,
         }
     }
 
@@ -317,6 +321,7 @@ pub(crate) fn script_call(script: &'static redis::Script, guard: Guard) -> Scrip
         keys: Vec::new(),
         args: Vec::new(),
         guard,
+        marker_placed: false,
     }
 }
 
@@ -329,13 +334,7 @@ impl<T> Step<T> {
         cmds: Vec<redis::Cmd>,
         decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
     ) -> Step<T> {
-        Step::Wire {
-            body: Body::Commands {
-                cmds,
-                checked: true,
-            },
-            decode: Arc::new(decode),
-        }
+        Step::commands(cmds, true, decode)
     }
 
     /// Commands without a marker check (PING, and reads that decide nothing).
@@ -343,12 +342,75 @@ impl<T> Step<T> {
         cmds: Vec<redis::Cmd>,
         decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
     ) -> Step<T> {
+        Step::commands(cmds, false, decode)
+    }
+
+    fn commands(
+        cmds: Vec<redis::Cmd>,
+        checked: bool,
+        decode: impl Fn(&NodeCtx, Value) -> redis::RedisResult<NodeOutcome<T>> + Send + Sync + 'static,
+    ) -> Step<T> {
         Step::Wire {
-            body: Body::Commands {
-                cmds,
-                checked: false,
-            },
+            body: Body::Commands { cmds, checked },
             decode: Arc::new(decode),
+        }
+    }
+
+    /// Whether this step protects its answer against a node that lost its data: a guarded
+    /// script carries a marker argument, a command step reads the marker first, or the step
+    /// says why it needs neither. For the unit tests of every step builder.
+    #[cfg(test)]
+    pub(crate) fn is_guarded(&self) -> bool {
+        match self {
+            Step::Wire {
+                body:
+                    Body::Script {
+                        guard: Guard::Marker,
+                        marker_placed,
+                        ..
+                    },
+                ..
+            } => *marker_placed,
+            Step::Wire {
+                body: Body::Script { .. },
+                ..
+            } => true,
+            Step::Wire {
+                body: Body::Commands { checked, .. },
+                ..
+            } => *checked,
+            Step::Session(_) => false,
+        }
+    }
+
+    /// Decode `reply` as this step would on the node `ctx` (for unit tests of decoders).
+    #[cfg(test)]
+    pub(crate) fn decode_for_tests(
+        &self,
+        ctx: &NodeCtx,
+        reply: Value,
+    ) -> redis::RedisResult<NodeOutcome<T>> {
+        match self {
+            Step::Wire { decode, .. } => decode(ctx, reply),
+            Step::Session(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a session has no decoder",
+            ))),
+        }
+    }
+
+    /// The arguments a script step sends to a node holding `marker` (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn args_for_tests(&self, marker: &str) -> Vec<String> {
+        match self {
+            Step::Wire {
+                body: Body::Script { args, .. },
+                ..
+            } => ScriptCall::resolved_args(args, marker)
+                .into_iter()
+                .map(|a| String::from_utf8_lossy(&a).into_owned())
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -495,10 +557,20 @@ mod tests {
     fn a_marker_guard_without_the_marker_is_caught() {
         static S: std::sync::LazyLock<redis::Script> =
             std::sync::LazyLock::new(|| redis::Script::new("return 1"));
+        let decode = |_: &NodeCtx, v: Value| decode::one_applied(v);
         let call = script_call(&S, Guard::Marker).key("k").arg(1);
-        assert!(!call.guard_is_wired(), "no marker argument: not wired");
-        assert!(call.marker().guard_is_wired());
-        assert!(script_call(&S, Guard::None("test")).arg(1).guard_is_wired());
+        assert!(
+            !call.clone().decode(decode).is_guarded(),
+            "no marker argument: not guarded"
+        );
+        assert!(call.clone().marker().decode(decode).is_guarded());
+        assert!(call.marker_as("r/c").decode(decode).is_guarded());
+        assert!(script_call(&S, Guard::None("test"))
+            .arg(1)
+            .decode(decode)
+            .is_guarded());
+        assert!(Step::read(vec![redis::cmd("GET")], decode).is_guarded());
+        assert!(!Step::unchecked(vec![redis::cmd("GET")], decode).is_guarded());
     }
 
     #[test]

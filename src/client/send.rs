@@ -242,14 +242,10 @@ async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<Node
     };
     match body {
         Body::Script {
-            script,
-            keys,
-            args,
-            guard,
+            script, keys, args, ..
         } => {
             // The guard is a declaration: a marker-guarded script carries the marker (or a
             // marker of the caller's choosing) among its arguments (unit-tested per builder).
-            let _ = guard;
             let mut inv = script.prepare_invoke();
             for k in &keys {
                 inv.key(k);

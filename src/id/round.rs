@@ -138,3 +138,36 @@ fn decode_proposal(v: redis::Value) -> redis::RedisResult<NodeOutcome<Reply>> {
         _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::NodeCtx;
+    use redis::Value;
+
+    #[test]
+    fn a_proposal_compares_the_nodes_marker_and_decodes_every_status() {
+        let step = propose_step("rq:id:x", "rq:marker", 5, 9);
+        assert!(step.is_guarded());
+        assert_eq!(step.args_for_tests("r/c"), vec!["5", "9", "r/c"]);
+        let ctx = NodeCtx {
+            node: 0,
+            marker: "r/c".into(),
+            run_id: "r".into(),
+        };
+        let reply = |s: i64, v: i64| Value::Array(vec![Value::Int(s), Value::Int(v)]);
+        let cases = [
+            (1, NodeOutcome::Applied(Reply::Accepted { previous: 4 })),
+            (0, NodeOutcome::Rejected(Reply::Behind { current: 4 })),
+            (-1, NodeOutcome::Rejected(Reply::Refused { current: 4 })),
+        ];
+        for (status, want) in cases {
+            assert_eq!(
+                step.decode_for_tests(&ctx, reply(status, 4)).ok(),
+                Some(want),
+                "status {status}"
+            );
+        }
+        assert!(step.decode_for_tests(&ctx, Value::Nil).is_err());
+    }
+}

@@ -55,7 +55,11 @@ impl AcquireStep {
             Ask::Swap(Seen {
                 run_id,
                 state: KeyState::Held { value, version, .. },
-            }) => call.arg(&**run_id).arg("swap").arg(&**value).arg(*version),
+            }) => call
+                .marker_as(run_id)
+                .arg("swap")
+                .arg(&**value)
+                .arg(*version),
         };
         call.arg(if self.expiry { "x" } else { "" })
             .decode(|ctx, v| decode_grant(&ctx.marker, v))
@@ -107,4 +111,130 @@ pub(super) fn decode_extension(v: redis::Value) -> redis::RedisResult<NodeOutcom
         -1 => NodeOutcome::Unknown(UnknownCause::Excluded("marker missing or stale".into())),
         _ => NodeOutcome::Rejected(false),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::NodeCtx;
+    use redis::Value;
+
+    fn acquire() -> AcquireStep {
+        AcquireStep {
+            keys: ["k".into(), "f".into(), "m".into(), "fl".into()],
+            value: "v1".into(),
+            ttl_ms: 1000,
+            token: 7,
+            expiry: false,
+        }
+    }
+
+    fn ctx() -> NodeCtx {
+        NodeCtx {
+            node: 0,
+            marker: "run/c".into(),
+            run_id: "run".into(),
+        }
+    }
+
+    #[test]
+    fn every_acquisition_ask_compares_a_marker() {
+        let held = Seen {
+            run_id: "watched/c".into(),
+            state: KeyState::Held {
+                value: "old".into(),
+                version: 3,
+                ttl: Duration::from_secs(1),
+            },
+        };
+        let absent = Seen {
+            run_id: "run/c".into(),
+            state: KeyState::Absent,
+        };
+        let cases = [
+            (
+                Ask::Read,
+                vec!["v1", "1000", "7", "run/c", "read", "", "0", ""],
+            ),
+            (
+                Ask::Swap(absent),
+                vec!["v1", "1000", "7", "run/c", "absent", "", "0", ""],
+            ),
+            (
+                Ask::Swap(held),
+                vec!["v1", "1000", "7", "watched/c", "swap", "old", "3", ""],
+            ),
+        ];
+        for (ask, args) in cases {
+            let step = acquire().step(&ask);
+            assert!(step.is_guarded(), "{ask:?} carries a marker");
+            assert_eq!(
+                step.args_for_tests("run/c"),
+                args,
+                "{ask:?}: the script's ARGV"
+            );
+        }
+    }
+
+    #[test]
+    fn a_grant_is_decoded_with_the_incarnation_it_was_seen_on() {
+        let reply = |status: i64, value: &str| {
+            Value::Array(vec![
+                Value::Int(status),
+                Value::Int(41),
+                Value::BulkString(value.as_bytes().to_vec()),
+                Value::Int(2),
+                Value::Int(1000),
+            ])
+        };
+        let step = acquire().step(&Ask::Read);
+        let granted = step
+            .decode_for_tests(&ctx(), reply(1, ""))
+            .expect("decodes");
+        let NodeOutcome::Applied(g) = granted else {
+            panic!("status 1 is a grant: {granted:?}")
+        };
+        assert_eq!((g.status, g.fence), (GrantStatus::Granted, 41));
+        assert_eq!(g.seen.state, KeyState::Absent);
+        assert_eq!(&*g.seen.run_id, "run/c", "seen on this node's incarnation");
+        let cases = [
+            (0, GrantStatus::NotAsExpected),
+            (-2, GrantStatus::TokenLow),
+            (-1, GrantStatus::Refused),
+        ];
+        for (status, want) in cases {
+            match step.decode_for_tests(&ctx(), reply(status, "other")) {
+                Ok(NodeOutcome::Rejected(g)) => {
+                    assert_eq!(g.status, want, "status {status}");
+                    assert!(matches!(g.seen.state, KeyState::Held { version: 2, .. }));
+                }
+                other => panic!("status {status}: {other:?}"),
+            }
+        }
+        assert!(
+            step.decode_for_tests(&ctx(), Value::Int(1)).is_err(),
+            "a malformed reply is an error, so the node's outcome is unknown"
+        );
+    }
+
+    #[test]
+    fn extensions_decode_applied_recreated_stale_and_conflict() {
+        assert_eq!(
+            decode_extension(Value::Int(1)).ok(),
+            Some(NodeOutcome::Applied(false))
+        );
+        assert_eq!(
+            decode_extension(Value::Int(2)).ok(),
+            Some(NodeOutcome::Applied(true)),
+            "2: a missing copy was re-created"
+        );
+        assert!(matches!(
+            decode_extension(Value::Int(-1)),
+            Ok(NodeOutcome::Unknown(_))
+        ));
+        assert_eq!(
+            decode_extension(Value::Int(0)).ok(),
+            Some(NodeOutcome::Rejected(false))
+        );
+    }
 }

@@ -214,15 +214,7 @@ impl ViewRegister {
         let json = serde_json::to_string(view)
             .map_err(|e| Error::Internal(format!("view cannot be encoded: {e}")))?;
         let hash = View::digest(&json);
-        let step = script_call(&VIEW_WRITE, Guard::Marker)
-            .key(&*self.key)
-            .marker_key()
-            .arg(token.get())
-            .arg(json)
-            .arg(hash)
-            .arg(&*base)
-            .marker()
-            .decode(|_, v| client_decode::status_pair(v));
+        let step = write_step(&self.key, token.get(), json, hash, &base);
         let tally = self
             .client
             .send(Request::vote("group.view.write"), step)
@@ -245,8 +237,31 @@ impl ViewRegister {
     }
 }
 
+/// `view_write.lua`: the compare-and-set of a view on its base, marker-guarded.
+fn write_step(key: &str, token: u64, json: String, hash: String, base: &str) -> Step<(i64, u64)> {
+    script_call(&VIEW_WRITE, Guard::Marker)
+        .key(key)
+        .marker_key()
+        .arg(token)
+        .arg(json)
+        .arg(hash)
+        .arg(base)
+        .marker()
+        .decode(|_, v| client_decode::status_pair(v))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_view_write_is_a_marker_guarded_compare_and_set() {
+        let step = super::write_step("rq:view:g", 77, "{}".into(), "h".into(), "70");
+        assert!(step.is_guarded());
+        assert_eq!(
+            step.args_for_tests("r/c"),
+            vec!["77", "{}", "h", "70", "r/c"]
+        );
+    }
+
     use super::*;
     use crate::membership::assign::ViewState;
     use std::collections::BTreeSet;

@@ -114,3 +114,17 @@ pub(super) async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Erro
         .await?;
     Ok(tally.replies().map(|(_, r)| r.clone()).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beats_leaves_and_collections_compare_the_marker() {
+        for mode in ["0", "1", "gc"] {
+            let step = beat_step("rq:members:g", "m#1", "12", mode);
+            assert!(step.is_guarded(), "mode {mode}");
+            assert_eq!(step.args_for_tests("r/c"), vec!["m#1", "12", mode, "r/c"]);
+        }
+    }
+}

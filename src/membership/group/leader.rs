@@ -186,14 +186,7 @@ pub(super) async fn leader_step(
     // campaign seals under a new term.
     if next.version.seq >= SEQ_ROLLOVER {
         tracing::warn!(group = %shared.group, version = ?next.version, "view sequence of this term nearly exhausted: stepping down for a new term");
-        let leadership = shared
-            .leadership
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(l) = leadership {
-            let _ = l.resign().await;
-        }
+        step_down(shared).await;
         return Err(view);
     }
     // Still the leader, with room for the write to land within the lease.
@@ -216,5 +209,17 @@ pub(super) async fn leader_step(
             }
             Ok(next)
         }
+    }
+}
+
+/// Resign the group's leadership, if this member holds it.
+pub(super) async fn step_down(shared: &Shared) {
+    let leadership = shared
+        .leadership
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(l) = leadership {
+        let _ = l.resign().await;
     }
 }

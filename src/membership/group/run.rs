@@ -144,14 +144,7 @@ async fn drain_and_ack(
 async fn leave(shared: &Shared) {
     publish(shared, None);
     let _ = beat(shared, 0, true).await;
-    let leadership = shared
-        .leadership
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    if let Some(l) = leadership {
-        let _ = l.resign().await;
-    }
+    leader::step_down(shared).await;
 }
 
 /// Read the view from a majority, take the highest version and write it back to a majority
