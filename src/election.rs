@@ -19,14 +19,14 @@ use crate::lock::{Holder, Lock, LockGuard, LockOptions, LossReason};
 /// leadership **term is the lease's fencing token**.
 ///
 /// # Guarantees
-/// Those of [`crate::lock`]: at most one leader within validity; every term is greater than
+/// Those of [`Lock`]: at most one leader within validity; every term is greater than
 /// every earlier term; a leader learns of its loss ([`Leadership::lost`]) no later than the end
 /// of its validity. A resigning leader's successor is woken at once (release notifications);
 /// a crashed leader's successor takes over within the TTL plus one retry delay.
 ///
 /// # Not guaranteed
 /// Leadership alone never authorizes an unfenced side effect: write with the term
-/// ([`Leadership::term`]) and let the resource reject lower terms ([`crate::fencing`]).
+/// ([`Leadership::term`]) and let the resource reject lower terms ([`FencingToken`](crate::FencingToken)).
 /// [`Election::leader`] and [`Election::observe`] report what a majority said at the time of
 /// reading; the answer may be stale by the time it is used. No node clock ends a lease, so a
 /// leader that crashed is still reported until a campaigning candidate takes its lease over

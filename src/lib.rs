@@ -2,12 +2,24 @@
 //!
 //! Coordination across **N independent Redis nodes** with majority quorums: monotonic
 //! fencing IDs, fenced leases and leader election, fenced peer indexing and work
-//! distribution. This release contains the quorum core, node safety checks and repair,
-//! [`cluster`] identity (the node list stored on the nodes, [`Client::change_cluster`]),
-//! [`IdGenerator`] (monotonic fencing IDs), [`Lock`] (fenced leases), [`Election`] and
-//! [`PeriodicJob`], fenced peer indexing ([`membership::Member`]), and the resource-side
-//! [`fencing`] helpers. Each module's docs state its guarantees, what is not guaranteed,
-//! errors and cancel safety.
+//! distribution. This release contains:
+//! - [`Client`]: the nodes, their safety checks ([`Client::check`]), repair of nodes that lost
+//!   their data, and the cluster's identity (the node list stored on the nodes,
+//!   [`Descriptor`], [`Client::change_cluster`]);
+//! - [`IdGenerator`]: monotonic fencing IDs;
+//! - [`Lock`] and [`LockGuard`]: fenced leases with auto-extension and an early loss signal;
+//! - [`Election`] and [`PeriodicJob`]: leader election and once-per-period work;
+//! - [`Member`]: fenced peer indexing (`(index, replicas)` and owned tasks, with a safe
+//!   transition when membership changes);
+//! - [`FencingToken`], [`fenced_set`] and [`FENCED_SET_LUA`]: the resource side of fencing.
+//!
+//! Work distribution (named work units) is not in this release yet. Each type's docs state
+//! its guarantees, what is not guaranteed, errors and cancel safety; every handle takes its
+//! options at construction (`*Options`, e.g. [`LockOptions`]).
+//!
+//! The `test-util` feature adds the `*_for_tests` switches that weaken a protection (so a
+//! test can show that its checker catches what the protection prevents). Never enable it in
+//! a production build: the default build cannot weaken a quorum.
 //!
 //! ## What every guarantee assumes
 //! - Each node persists a write before replying: `appendonly yes`, `appendfsync always`,

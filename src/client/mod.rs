@@ -70,7 +70,7 @@ impl Client {
     /// (waiting at most one node timeout). Unreachable nodes are not an error here: they are
     /// retried on every operation. Quarantined nodes are repaired; on a brand-new cluster
     /// (every node reachable, none marked, no data) the nodes are marked as one cluster, whose
-    /// descriptor (the node list) every node then holds (see [`crate::cluster`]).
+    /// descriptor (the node list) every node then holds (see [`Descriptor`](crate::Descriptor)).
     ///
     /// # Errors
     /// [`Error::Config`] if the configuration is invalid, or

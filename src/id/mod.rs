@@ -87,8 +87,10 @@ impl Reply {
 ///
 /// Concurrent callers in one process join the next round: every caller in a round was
 /// waiting when it started, so handing them consecutive parts of its block keeps real-time
-/// order. Rounds of one generator run one at a time. A reply that never arrived is never
-/// counted as an acceptance.
+/// order. Up to 8 rounds of one generator are in flight at once, each reserving its block
+/// above every block reserved before it in this process; callers of rounds in flight together
+/// overlap in time, so either order of their IDs is allowed. A reply that never arrived is
+/// never counted as an acceptance.
 ///
 /// A generator of monotonic IDs for one named sequence. Cheap to clone; clones share rounds.
 ///

@@ -58,7 +58,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// - at once, when a majority of nodes has no key (the classic fast path), or
 /// - by **takeover**: after it has seen the same `(value, version)` on a node, of the same node
 ///   incarnation, unchanged for the stored TTL plus drift on **its own monotonic clock**, it
-///   replaces exactly that state by compare-and-swap (see [`crate::lease`] for the argument).
+///   replaces exactly that state by compare-and-swap (see `lease.rs` for the argument).
 ///
 /// Extensions re-create the copy on a node that lacks it (it missed the grant, or lost its data
 /// and was repaired) unless a later acquisition was granted there, and repair restores lease
@@ -87,7 +87,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// # Not guaranteed
 /// - A process that pauses (GC, swap, SIGSTOP) past `valid_until` cannot notice anything while
 ///   paused. Mutual exclusion alone never authorizes a side effect: **check the token at the
-///   resource** ([`crate::fencing`]).
+///   resource** ([`FencingToken`], [`fenced_set`](crate::fenced_set)).
 /// - Progress without a majority; fairness between waiters.
 /// - A lease abandoned by a crashed holder is taken over only by a client that watches it for
 ///   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
