@@ -100,17 +100,7 @@ impl Client {
     ) -> Result<Vec<usize>, Error> {
         let inner = &self.inner;
         let new_id = new.id.clone();
-        let seal_step = Steps::per_node(move |ctx| {
-            // The marker this node holds while it is verified for the old cluster.
-            let sealed = format!("{}{}{new_id}", ctx.marker, cluster::SEALED);
-            Some(
-                script_call(&SEAL, Guard::Marker)
-                    .marker_key()
-                    .marker()
-                    .arg(sealed)
-                    .decode(|_, v| decode::one_applied(v)),
-            )
-        });
+        let seal_step = Steps::per_node(move |ctx| Some(seal_step(ctx, &new_id)));
         let request =
             Request::any_node("cluster.seal", Targets::All).within(inner.config.operation_timeout);
         let seal = self.send(request, seal_step).await;
@@ -214,6 +204,17 @@ impl Client {
     }
 }
 
+/// `seal.lua` on one old node: its marker (compared atomically) becomes
+/// `<marker>#sealed:<new id>`.
+fn seal_step(ctx: &crate::client::NodeCtx, new_id: &str) -> crate::client::Step<()> {
+    let sealed = format!("{}{}{new_id}", ctx.marker, cluster::SEALED);
+    script_call(&SEAL, Guard::Marker)
+        .marker_key()
+        .marker()
+        .arg(sealed)
+        .decode(|_, v| decode::one_applied(v))
+}
+
 /// The old nodes sealed for the successor `new` of cluster `from` (one per server).
 fn sealed_sources(census: &[Census], from: &str, new: &str) -> Vec<usize> {
     let sealed_cluster = format!("{from}{}{new}", cluster::SEALED);
@@ -261,6 +262,21 @@ mod tests {
             marker: marker.map(String::from),
             has_state: marker.is_some(),
         }
+    }
+
+    #[test]
+    fn a_seal_compares_the_nodes_marker_and_names_the_successor() {
+        let ctx = crate::client::NodeCtx {
+            node: 0,
+            marker: "r0/old".into(),
+            run_id: "r0".into(),
+        };
+        let step = seal_step(&ctx, "new");
+        assert!(step.is_guarded());
+        assert_eq!(
+            step.args_for_tests("r0/old"),
+            vec!["r0/old", "r0/old#sealed:new"]
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ use crate::scripts::{CLAIM, CLUSTER_INIT, MARK};
 mod change;
 pub(crate) mod copy;
 mod decide;
+mod plan;
 
 pub use change::ClusterChange;
 

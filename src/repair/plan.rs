@@ -1,0 +1,306 @@
+//! What a copy writes, decided purely from what the sources hold: each key's kind (from its
+//! prefix), the merge of one page as read from every source (the highest register, the newest
+//! view unless it has a sibling, the newest lease copy, each hash field's highest value).
+//! No I/O; unit-tested.
+
+use std::collections::BTreeMap;
+
+/// What kind of state a key holds, from its prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A monotonic register (string): ID sequences, lock fences.
+    Register,
+    /// A group's view register (hash token, view, hash).
+    View,
+    /// A lease key (hash v, n, t), restored beside its fence key.
+    Lease,
+    /// A hash merged field by field.
+    Hash(HashMerge),
+}
+
+/// Key prefixes and their kinds. Anything else under `rq:` (the marker, the descriptor, a
+/// repair claim) is not copied.
+const KINDS: &[(&str, Kind)] = &[
+    ("rq:id:", Kind::Register),
+    ("rq:fence:", Kind::Register),
+    ("rq:gfence:", Kind::Register),
+    ("rq:floor", Kind::Register),
+    ("rq:view:", Kind::View),
+    ("rq:lock:", Kind::Lease),
+    ("rq:glock:", Kind::Lease),
+    ("rq:done:", Kind::Hash(HashMerge::Max)),
+    ("rq:ack:", Kind::Hash(HashMerge::Max)),
+    ("rq:members:", Kind::Hash(HashMerge::IfAbsent)),
+];
+
+/// The kind of state `key` holds, if it is state to copy.
+pub(crate) fn classify(key: &str) -> Option<Kind> {
+    KINDS
+        .iter()
+        .find(|(prefix, _)| key.starts_with(prefix))
+        .map(|(_, kind)| *kind)
+}
+
+/// A lease key's fence key (`rq:lock:x` -> `rq:fence:x`, `rq:glock:g` -> `rq:gfence:g`).
+pub(super) fn fence_of(lease_key: &str) -> Option<String> {
+    if let Some(name) = lease_key.strip_prefix("rq:lock:") {
+        Some(format!("rq:fence:{name}"))
+    } else {
+        lease_key
+            .strip_prefix("rq:glock:")
+            .map(|name| format!("rq:gfence:{name}"))
+    }
+}
+
+/// How a hash is merged field by field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HashMerge {
+    /// Each field raised to its highest value (completion records, acknowledgements).
+    Max,
+    /// A field written where missing (membership beats).
+    IfAbsent,
+}
+
+impl HashMerge {
+    pub(super) fn mode(self) -> &'static str {
+        match self {
+            HashMerge::Max => "max",
+            HashMerge::IfAbsent => "absent",
+        }
+    }
+}
+
+/// A lease key's content: holder value, version, ttl (ms).
+type LeaseCopy = (String, u64, u64);
+
+/// What one source holds of the keys of one page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holdings {
+    pub(crate) registers: BTreeMap<String, u64>,
+    /// Group view registers: key -> (version token, view JSON).
+    pub(crate) views: BTreeMap<String, (u64, String)>,
+    /// Lease keys: key -> (value, version, ttl ms).
+    pub(crate) leases: BTreeMap<String, LeaseCopy>,
+    /// Merged hashes: key -> field -> value.
+    pub(crate) hashes: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The fencing token inside a lease value (`random:token:holder`).
+pub(super) fn lease_token(value: &str) -> u64 {
+    value
+        .split(':')
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the targets must be given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Registers and the value each is raised to.
+    pub(crate) registers: Vec<(String, u64)>,
+    /// Per view key the newest view the sources hold.
+    pub(crate) views: Vec<(String, (u64, String))>,
+    /// View keys whose newest view has a sibling on the sources (another view derived from the
+    /// same base): which of the two a majority adopted may have been decided on the target
+    /// alone, so the copy must wait until a later seal moves the chain past both.
+    pub(crate) ambiguous: Vec<String>,
+    /// Per lease key the newest copy (highest token, then highest version).
+    pub(crate) leases: BTreeMap<String, LeaseCopy>,
+    /// Per hash field the highest value (or any, for beats).
+    pub(crate) hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)>,
+}
+
+impl Plan {
+    pub(super) fn is_empty(&self) -> bool {
+        self.registers.is_empty()
+            && self.views.is_empty()
+            && self.leases.is_empty()
+            && self.hashes.is_empty()
+    }
+}
+
+/// Merge what the sources hold. `server_clock_leases` is the TEST-ONLY unsafe mode in which a
+/// lost lease copy or beat stays lost.
+pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
+    let mut registers: BTreeMap<String, u64> = BTreeMap::new();
+    let mut all_views: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
+    let mut leases: BTreeMap<String, LeaseCopy> = BTreeMap::new();
+    let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
+    for h in sources {
+        for (k, v) in &h.registers {
+            let e = registers.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*v);
+        }
+        for (k, (t, v)) in &h.views {
+            all_views
+                .entry(k.clone())
+                .or_default()
+                .insert(*t, v.clone());
+        }
+        if server_clock_leases {
+            continue;
+        }
+        for (k, copy) in &h.leases {
+            let newer = leases
+                .get(k)
+                .is_none_or(|old| (lease_token(&copy.0), copy.1) > (lease_token(&old.0), old.1));
+            if newer {
+                leases.insert(k.clone(), copy.clone());
+            }
+        }
+    }
+    for h in sources {
+        for (k, fields) in &h.hashes {
+            let Some(Kind::Hash(merge)) = classify(k) else {
+                continue;
+            };
+            if server_clock_leases && merge == HashMerge::IfAbsent {
+                continue;
+            }
+            let entry = hashes
+                .entry(k.clone())
+                .or_insert_with(|| (merge, BTreeMap::new()));
+            for (f, v) in fields {
+                let keep = entry.1.get(f).is_some_and(|old| {
+                    merge == HashMerge::IfAbsent
+                        || old.parse::<u64>().unwrap_or(0) >= v.parse::<u64>().unwrap_or(0)
+                });
+                if !keep {
+                    entry.1.insert(f.clone(), v.clone());
+                }
+            }
+        }
+    }
+    Plan {
+        registers: registers.into_iter().collect(),
+        ambiguous: all_views
+            .iter()
+            .filter(|(_, vs)| newest_has_sibling(vs))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        views: all_views
+            .into_iter()
+            .filter_map(|(k, vs)| vs.into_iter().next_back().map(|(t, v)| (k, (t, v))))
+            .collect(),
+        leases,
+        hashes,
+    }
+}
+
+/// Whether the newest of these views (token -> JSON) shares its base with another one.
+fn newest_has_sibling(views: &BTreeMap<u64, String>) -> bool {
+    let base = |json: &String| {
+        serde_json::from_str::<crate::membership::View>(json)
+            .ok()
+            .map(|v| v.base)
+    };
+    let Some((newest, json)) = views.iter().next_back() else {
+        return false;
+    };
+    let Some(newest_base) = base(json) else {
+        return false;
+    };
+    views
+        .iter()
+        .any(|(t, v)| t != newest && base(v) == Some(newest_base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holdings(registers: &[(&str, u64)], beats: &[(&str, &str)]) -> Holdings {
+        let mut h = Holdings {
+            registers: registers.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ..Holdings::default()
+        };
+        if !beats.is_empty() {
+            h.hashes.insert(
+                "rq:members:g".into(),
+                beats
+                    .iter()
+                    .map(|(f, v)| (f.to_string(), v.to_string()))
+                    .collect(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_newest_view_with_a_sibling_on_the_sources_is_ambiguous() {
+        use crate::membership::View;
+        let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect();
+        let v1 = View::empty().next(&set(&["a"]), 1);
+        let x = v1.next(&set(&["a", "c"]), 1); // (1, 2), base v1
+        let w = v1.next(&set(&["a", "d"]), 2); // (2, 1), base v1: a sibling of x
+        let w2 = x.next(&set(&["a", "e"]), 2); // (2, 1) in another chain: base x
+        let json = |v: &View| serde_json::to_string(v).expect("json");
+        let tok = |v: &View| v.version.token().expect("t").get();
+        let holding = |views: &[&View]| Holdings {
+            views: views
+                .iter()
+                .map(|v| ("rq:view:g".to_string(), (tok(v), json(v))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .take(1)
+                .collect(),
+            ..Holdings::default()
+        };
+        let (hx, hw) = (holding(&[&x]), holding(&[&w]));
+        let p = plan(&[&hx, &hw], false);
+        assert_eq!(
+            p.ambiguous,
+            vec!["rq:view:g".to_string()],
+            "x and w share a base"
+        );
+        let mut w2 = w2;
+        w2.version.seq = 2;
+        let hw2 = holding(&[&w2]);
+        let p = plan(&[&hx, &hw2], false);
+        assert!(p.ambiguous.is_empty(), "w2 derives from x: one chain");
+        assert_eq!(p.views[0].1 .0, tok(&w2));
+    }
+
+    #[test]
+    fn only_state_keys_are_copied() {
+        assert_eq!(classify("rq:id:orders"), Some(Kind::Register));
+        assert_eq!(
+            classify("rq:members:g"),
+            Some(Kind::Hash(HashMerge::IfAbsent))
+        );
+        for not_state in [
+            "rq:marker",
+            "rq:cluster",
+            "rq:repairing",
+            "user:key",
+            "rq:idx",
+        ] {
+            assert_eq!(classify(not_state), None, "{not_state}");
+        }
+        assert_eq!(fence_of("rq:lock:a"), Some("rq:fence:a".into()));
+        assert_eq!(fence_of("rq:glock:g"), Some("rq:gfence:g".into()));
+    }
+
+    #[test]
+    fn the_highest_register_and_every_beat_are_planned() {
+        let a = holdings(&[("rq:id:x", 5), ("rq:id:y", 9)], &[("m1", "3")]);
+        let b = holdings(&[("rq:id:x", 7)], &[("m1", "2"), ("m2", "1")]);
+        let p = plan(&[&a, &b], false);
+        assert_eq!(
+            p.registers,
+            vec![("rq:id:x".into(), 7), ("rq:id:y".into(), 9)]
+        );
+        let beats = &p.hashes["rq:members:g"].1;
+        assert_eq!(
+            beats.len(),
+            2,
+            "a beat any source holds is restored: {beats:?}"
+        );
+        let unsafe_plan = plan(&[&a, &b], true);
+        assert!(
+            unsafe_plan.hashes.is_empty(),
+            "the test-only mode restores no beats"
+        );
+    }
+}
