@@ -15,6 +15,25 @@ use support::{measure, Figures};
 
 use redquorum::{Client, Config, Lock};
 
+/// Lock indexes free to take: a cycle takes one and puts it back, so no two concurrent cycles
+/// ever use one lock (each caller is uncontended: the cost of the protocol itself).
+#[derive(Clone)]
+struct Slots(std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots(std::sync::Arc::new(std::sync::Mutex::new((0..n).collect())))
+    }
+
+    fn take(&self) -> usize {
+        self.0.lock().unwrap().pop().expect("one slot per caller")
+    }
+
+    fn put(&self, i: usize) {
+        self.0.lock().unwrap().push(i);
+    }
+}
+
 fn row(label: &str, f: Figures) {
     println!(
         "  {label:<34} {:>9.0} cycles/s   p50 {:>8.2} ms   p99 {:>8.2} ms   failed {}",
@@ -29,15 +48,25 @@ async fn ours(client: &Client, callers: usize, dur: Duration, tag: &str) -> Figu
             .push(Lock::new(client, &format!("bench:{tag}:{i}"), Duration::from_secs(10)).unwrap());
     }
     let locks = std::sync::Arc::new(locks);
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slots = Slots::new(callers);
     measure(callers, dur, move || {
-        let (locks, next) = (locks.clone(), next.clone());
+        let (locks, slots) = (locks.clone(), slots.clone());
         async move {
-            // Each caller cycles its own lock (uncontended): the cost of the protocol itself.
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % locks.len();
-            let g = locks[i].try_acquire().await.map_err(|e| e.to_string())?;
-            g.release().await.map_err(|e| e.to_string())?;
-            Ok(1)
+            let i = slots.take();
+            let result = async {
+                let g = locks[i].try_acquire().await.map_err(|e| e.to_string())?;
+                g.release().await.map_err(|e| e.to_string())
+            }
+            .await;
+            slots.put(i);
+            if let Err(e) = &result {
+                static SHOWN: std::sync::atomic::AtomicUsize =
+                    std::sync::atomic::AtomicUsize::new(0);
+                if SHOWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 {
+                    eprintln!("  (failed cycle: {e})");
+                }
+            }
+            result.map(|_| 1)
         }
     })
     .await
@@ -46,18 +75,21 @@ async fn ours(client: &Client, callers: usize, dur: Duration, tag: &str) -> Figu
 async fn rs(manager: &rslock::LockManager, callers: usize, dur: Duration, tag: &str) -> Figures {
     let manager = manager.clone();
     let tag = tag.to_string();
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slots = Slots::new(callers);
     measure(callers, dur, move || {
-        let (manager, tag, next) = (manager.clone(), tag.clone(), next.clone());
+        let (manager, tag, slots) = (manager.clone(), tag.clone(), slots.clone());
         async move {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % callers;
+            let i = slots.take();
             let name = format!("rslock:{tag}:{i}");
-            let lock = manager
-                .lock(name.as_bytes(), Duration::from_secs(10))
-                .await
-                .map_err(|e| format!("{e:?}"))?;
-            manager.unlock(&lock).await;
-            Ok(1)
+            let result = match manager.lock(name.as_bytes(), Duration::from_secs(10)).await {
+                Ok(lock) => {
+                    manager.unlock(&lock).await;
+                    Ok(1)
+                }
+                Err(e) => Err(format!("{e:?}")),
+            };
+            slots.put(i);
+            result
         }
     })
     .await

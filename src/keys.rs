@@ -25,7 +25,8 @@ pub(crate) enum KeyKind {
     Cluster,
     /// A repair's claim on the node it repairs (liveness only).
     RepairClaim,
-    /// The fence floor: at least every lock fence this node collected (see lock_release.lua).
+    /// The fence floor of the earlier release (one per node, no longer written, still read so
+    /// that fences collected into it keep counting); see [`floor_key`] for the buckets.
     FenceFloor,
     /// A monotonic ID sequence's current maximum.
     Id,
@@ -65,6 +66,17 @@ impl KeyKind {
             KeyKind::GroupFence => "gfence",
         }
     }
+}
+
+/// Buckets of the fence floor: a released lock's fence is folded into its bucket's floor, so
+/// a node keeps at most this many floor keys, and locks in different buckets never make each
+/// other's tokens too low.
+pub(crate) const FLOOR_BUCKETS: u64 = 1024;
+
+/// The fence floor bucket of the lock key `lock_key`: `rq:floor:<xxh3 % 1024>`.
+pub(crate) fn floor_key(lock_key: &str) -> String {
+    let bucket = xxhash_rust::xxh3::xxh3_64(lock_key.as_bytes()) % FLOOR_BUCKETS;
+    format!("{}:{bucket}", fixed_key(KeyKind::FenceFloor))
 }
 
 /// A validated user-supplied name (sequence, lock, group).

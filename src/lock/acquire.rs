@@ -2,13 +2,18 @@
 
 use super::*;
 
+/// Acquisition rounds one attempt may take (retries after a token guess that was behind).
+const ROUNDS: u32 = 6;
+
 impl Lock {
     /// One acquisition attempt.
     ///
     /// # Errors
     /// [`Error::LockHeld`] if another holder has it; [`Error::NoQuorum`] if a majority did not
     /// answer; [`Error::Timeout`] if the nodes answered too slowly to leave half the TTL of
-    /// validity. Every failed attempt is released on every node.
+    /// validity; [`Error::Contended`] if every round's token fell behind concurrent grants of
+    /// locks sharing its fence floor bucket (retryable). Every failed attempt is released on
+    /// every node.
     ///
     /// # Cancel safety
     /// Cancel-safe: the attempt runs in a task of its own, and a lease it wins after the caller
@@ -47,7 +52,12 @@ impl Lock {
         loop {
             let err = match self.try_acquire().await {
                 Ok(g) => return Ok(g),
-                Err(e @ (Error::LockHeld { .. } | Error::NoQuorum(_) | Error::Timeout { .. })) => e,
+                Err(
+                    e @ (Error::LockHeld { .. }
+                    | Error::NoQuorum(_)
+                    | Error::Timeout { .. }
+                    | Error::Contended { .. }),
+                ) => e,
                 Err(other) => return Err(other),
             };
             let now = Instant::now();
@@ -109,8 +119,10 @@ impl Lock {
     pub(super) async fn attempt(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
         let needed = inner.client.majority().needed();
-        for _ in 0..6 {
-            let token = inner.known_fence.load(Ordering::Acquire).saturating_add(1);
+        let started = Instant::now();
+        for round in 0..ROUNDS {
+            let known = inner.known_fence.load(Ordering::Acquire);
+            let token = decide::next_token(known, round, &mut rand::rng());
             if token >= VALUE_LIMIT {
                 return Err(Error::Exhausted {
                     sequence: format!("fence of lock {}", inner.name.as_str()),
@@ -166,8 +178,12 @@ impl Lock {
                 }
             }
         }
-        Err(Error::LockHeld {
-            name: inner.name.as_str().to_string(),
+        // Every round was a retry (our token guess kept falling behind other grants in this
+        // lock's floor bucket): contention, not a holder.
+        Err(Error::Contended {
+            op: "lock.acquire",
+            attempts: ROUNDS,
+            elapsed: started.elapsed(),
         })
     }
 
@@ -250,12 +266,14 @@ impl Lock {
         inner.client.send(request, steps).await
     }
 
-    /// The lease's keys on a node: the lock, its fence, the marker, the fence floor.
-    pub(super) fn lease_keys(&self) -> [String; 4] {
+    /// The lease's keys on a node: the lock, its fence, the marker, its fence floor bucket,
+    /// the earlier release's single floor.
+    pub(super) fn lease_keys(&self) -> [String; 5] {
         [
             self.inner.key.clone(),
             self.inner.fence_key.clone(),
             self.inner.marker_key.clone(),
+            self.inner.floor_key.clone(),
             fixed_key(KeyKind::FenceFloor),
         ]
     }
@@ -270,7 +288,7 @@ impl Lock {
         let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
             .key(&inner.key)
             .key(&inner.fence_key)
-            .key(fixed_key(KeyKind::FenceFloor))
+            .key(&inner.floor_key)
             .arg(&**value)
             .arg(&inner.channel)
             .decode(|_, v| decode::one_applied(v));

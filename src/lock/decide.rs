@@ -64,6 +64,19 @@ pub(super) fn after_round(r: Round) -> AfterRound {
     }
 }
 
+/// The token a round proposes: just above the highest fence known, or, in a retry (the guess
+/// fell behind grants of other locks sharing the fence floor bucket), a random distance
+/// further, doubling with every retry (at most 2^10), so that two locks racing in one
+/// bucket stop colliding. Tokens need only grow; gaps are fine.
+pub(super) fn next_token(known: u64, round: u32, rng: &mut impl rand::Rng) -> u64 {
+    let spread = if round == 0 {
+        0
+    } else {
+        rng.random_range(0..=(1u64 << round.min(10)))
+    };
+    known.saturating_add(1).saturating_add(spread)
+}
+
 /// How long before the validity deadline the watchdog signals loss, so that timer and
 /// scheduling delays cannot push the signal past it: 2 % of the TTL plus 1 ms.
 pub(super) fn signal_margin(ttl: Duration) -> Duration {
@@ -226,6 +239,25 @@ mod tests {
         for (story, r, want) in cases {
             assert_eq!(after_round(r), want, "{story}");
         }
+    }
+
+    #[test]
+    fn a_retry_proposes_a_token_a_random_distance_above_the_known_fence() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        assert_eq!(next_token(41, 0, &mut rng), 42, "first round: just above");
+        for round in 1..20 {
+            let t = next_token(41, round, &mut rng);
+            assert!(
+                (42..=42 + (1 << round.min(10))).contains(&t),
+                "round {round}: {t}"
+            );
+        }
+        assert_eq!(
+            next_token(u64::MAX, 0, &mut rng),
+            u64::MAX,
+            "saturates (then refused)"
+        );
     }
 
     #[test]

@@ -26,12 +26,13 @@ impl Lock {
         valid_until: Instant,
     ) -> Result<Stamp, (bool, String)> {
         let inner = &self.inner;
-        let [key, fence, marker, floor] = self.lease_keys();
+        let [key, fence, marker, floor, legacy_floor] = self.lease_keys();
         let step = script_call(&LOCK_EXTEND, Guard::Marker)
             .key(key)
             .key(fence)
             .key(marker)
             .key(floor)
+            .key(legacy_floor)
             .arg(&**value)
             .arg(version)
             .arg(inner.ttl.as_millis() as u64)

@@ -122,6 +122,8 @@ struct LockInner {
     key: String,
     fence_key: String,
     marker_key: String,
+    /// This lock's bucket of the fence floor (see [`crate::keys::floor_key`]).
+    floor_key: String,
     channel: String,
     ttl: Duration,
     node_deadline: Duration,
@@ -260,6 +262,7 @@ impl Lock {
                 key: name.key(lock),
                 fence_key: name.key(fence),
                 marker_key: fixed_key(KeyKind::Marker),
+                floor_key: crate::keys::floor_key(&name.key(lock)),
                 channel: format!("rq:released:{}", name.key(lock)),
                 name,
                 ttl,

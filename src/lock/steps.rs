@@ -26,7 +26,7 @@ pub(super) enum GrantStatus {
 /// One acquisition round's node step, built once per round; [`step`](Self::step) gives each
 /// node its ask.
 pub(super) struct AcquireStep {
-    pub(super) keys: [String; 4],
+    pub(super) keys: [String; 5],
     pub(super) value: Arc<str>,
     pub(super) ttl_ms: u64,
     pub(super) token: u64,
@@ -43,6 +43,7 @@ impl AcquireStep {
             .key(&self.keys[1])
             .key(&self.keys[2])
             .key(&self.keys[3])
+            .key(&self.keys[4])
             .arg(&*self.value)
             .arg(self.ttl_ms)
             .arg(self.token);
@@ -121,7 +122,7 @@ mod tests {
 
     fn acquire() -> AcquireStep {
         AcquireStep {
-            keys: ["k".into(), "f".into(), "m".into(), "fl".into()],
+            keys: ["k".into(), "f".into(), "m".into(), "fl".into(), "lf".into()],
             value: "v1".into(),
             ttl_ms: 1000,
             token: 7,

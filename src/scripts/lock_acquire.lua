@@ -7,8 +7,11 @@
 -- KEYS[2]  fence key (rq:fence:<name>): the highest token granted with this lock, a decimal
 --          integer string, no TTL (one per lock name).
 -- KEYS[3]  node marker (rq:marker), see id_propose.lua.
--- KEYS[4]  the fence floor (rq:floor): at least every fence this node collected (see
---          lock_release.lua); a lock without a fence key counts from it.
+-- KEYS[4]  the lock's fence floor bucket (rq:floor:<bucket>): at least every fence of this
+--          bucket's locks that this node collected (see lock_release.lua); a lock without a
+--          fence key counts from it.
+-- KEYS[5]  the earlier release's single fence floor (rq:floor): no longer written, still
+--          counted.
 -- ARGV[1]  value: the acquisition's random value (32 hex digits, 128 bits from the OS CSPRNG),
 --          ':', the token, ':', optional holder information.
 -- ARGV[2]  ttl in milliseconds, integer >= 1 (stored in the key so that watchers use the
@@ -40,7 +43,8 @@ if ttl < 1 or token < 1 then
   return redis.error_reply('ERR rq lock_acquire: bad ttl or token')
 end
 local fence = math.max(rq_stored(redis.call('GET', KEYS[2]), KEYS[2]),
-  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]))
+  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]),
+  rq_stored(redis.call('GET', KEYS[5]), KEYS[5]))
 local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 't')
 local value = cur[1] or ''
 local version = rq_stored(cur[2], KEYS[1] .. ' n')

@@ -4,7 +4,8 @@
 -- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
 -- KEYS[2]  fence key (rq:fence:<name>).
 -- KEYS[3]  node marker (rq:marker).
--- KEYS[4]  the fence floor (rq:floor), see lock_acquire.lua.
+-- KEYS[4]  the lock's fence floor bucket (rq:floor:<bucket>), see lock_acquire.lua.
+-- KEYS[5]  the earlier release's single fence floor (rq:floor), see lock_acquire.lua.
 -- ARGV[1]  the holder's value (as passed to lock_acquire.lua).
 -- ARGV[2]  the extension's version: an integer the holder raises with every extension.
 -- ARGV[3]  ttl in milliseconds, integer >= 1.
@@ -45,7 +46,8 @@ if ARGV[6] == 'x' then
   return 0
 end
 local fence = math.max(rq_stored(redis.call('GET', KEYS[2]), KEYS[2]),
-  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]))
+  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]),
+  rq_stored(redis.call('GET', KEYS[5]), KEYS[5]))
 if fence > token then
   return -2
 end

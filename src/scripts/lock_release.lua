@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
 -- KEYS[2]  the lock's fence key (rq:fence:<name>).
--- KEYS[3]  the fence floor (rq:floor): raised to the fence before the fence key is deleted,
---          so a later grant of this lock (which counts from max(fence, floor)) still gets a
---          higher token, and a node does not keep one fence key per lock name forever.
+-- KEYS[3]  the lock's fence floor bucket (rq:floor:<bucket>): raised to the fence before the
+--          fence key is deleted, so a later grant of this lock (which counts from
+--          max(fence, floor)) still gets a higher token, and a node keeps at most one floor per
+--          bucket instead of one fence key per lock name forever.
 -- ARGV[1]  the holder's value.
 -- ARGV[2]  pub/sub channel to notify waiters on (rq:released:<name>).
 --

@@ -1,0 +1,216 @@
+//! The leader's watch over a group's beats: a member is gone only after its beat stayed
+//! unchanged, on one node incarnation, on a majority for the lease time plus drift on the
+//! leader's own clock. Pure: instants are passed in.
+
+use super::*;
+
+/// One node's beats as read in one round: the node's index, its incarnation (`run_id`), and
+/// member key -> beat sequence.
+pub(crate) type BeatReading = (
+    usize,
+    Arc<str>,
+    std::collections::BTreeMap<String, Arc<str>>,
+);
+
+/// Beat entries to clean up: member key -> (node, the value it must still hold).
+pub(crate) type BeatGarbage = Vec<(String, Vec<(usize, Arc<str>)>)>;
+
+/// The leader's watch over a group's beats: per member key, per node, the beat value (or its
+/// absence), tied to the node incarnation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Beats {
+    watches: std::collections::BTreeMap<String, Watch<Option<Arc<str>>>>,
+}
+
+impl Beats {
+    /// Record one round of readings, received at `at`: for each node that answered, its
+    /// incarnation and every member key -> beat it holds. Members in `also` (the current view)
+    /// are watched even where no node holds them.
+    pub(crate) fn observe(
+        &mut self,
+        nodes: usize,
+        readings: &[BeatReading],
+        also: &std::collections::BTreeSet<String>,
+        at: Instant,
+    ) {
+        let mut keys: std::collections::BTreeSet<String> = also.clone();
+        for (_, _, beats) in readings {
+            keys.extend(beats.keys().cloned());
+        }
+        keys.extend(self.watches.keys().cloned());
+        for key in keys {
+            let w = self
+                .watches
+                .entry(key.clone())
+                .or_insert_with(|| Watch::new(nodes));
+            for (node, run_id, beats) in readings {
+                w.observe(
+                    *node,
+                    Seen {
+                        run_id: run_id.clone(),
+                        state: beats.get(&key).cloned(),
+                    },
+                    at,
+                );
+            }
+        }
+    }
+
+    /// Whether `member` is gone: on at least `needed` of the nodes read in this round
+    /// (`answered`), its beat (or its absence) has been seen unchanged, on one incarnation, for
+    /// `window` between the first and the latest reading. A member never seen is not gone.
+    pub(crate) fn gone(
+        &self,
+        member: &str,
+        answered: &[usize],
+        needed: usize,
+        window: Duration,
+    ) -> bool {
+        let Some(w) = self.watches.get(member) else {
+            return false;
+        };
+        answered
+            .iter()
+            .filter(|i| w.span(**i).is_some_and(|d| d >= window))
+            .count()
+            >= needed
+    }
+
+    /// Members present on at least one of the nodes read in this round.
+    pub(crate) fn present(&self, answered: &[usize]) -> std::collections::BTreeSet<String> {
+        self.watches
+            .iter()
+            .filter(|(_, w)| {
+                answered
+                    .iter()
+                    .any(|i| w.get(*i).is_some_and(|(s, _)| s.state.is_some()))
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The last beat value each node of `answered` showed for `member` (for a guarded
+    /// clean-up of a gone member's entries).
+    pub(crate) fn last_values(&self, member: &str, answered: &[usize]) -> Vec<(usize, Arc<str>)> {
+        let Some(w) = self.watches.get(member) else {
+            return Vec::new();
+        };
+        answered
+            .iter()
+            .filter_map(|i| {
+                w.get(*i)
+                    .and_then(|(s, _)| s.state.clone().map(|v| (*i, v)))
+            })
+            .collect()
+    }
+
+    /// Stop watching members that are gone, absent from every node of `answered`, and not
+    /// in `keep` (bounded memory).
+    pub(crate) fn prune(
+        &mut self,
+        answered: &[usize],
+        needed: usize,
+        window: Duration,
+        keep: &std::collections::BTreeSet<String>,
+    ) {
+        let present = self.present(answered);
+        let gone: Vec<String> = self
+            .watches
+            .keys()
+            .filter(|k| {
+                !keep.contains(*k)
+                    && !present.contains(*k)
+                    && self.gone(k, answered, needed, window)
+            })
+            .cloned()
+            .collect();
+        for k in gone {
+            self.watches.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Row<'a> = (usize, &'a str, &'a [(&'a str, &'a str)]);
+
+    fn readings(rows: &[Row<'_>]) -> Vec<BeatReading> {
+        rows.iter()
+            .map(|(n, run, beats)| {
+                (
+                    *n,
+                    Arc::<str>::from(*run),
+                    beats
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), Arc::<str>::from(*v)))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_member_that_keeps_beating_is_never_gone_and_one_that_stops_is_gone_after_the_window() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let view: std::collections::BTreeSet<String> = ["m#1".to_string()].into();
+        let mut b = Beats::default();
+        for step in 0..20u64 {
+            let at = t0 + Duration::from_millis(100 * step);
+            let seq = (step / 5 + 1).to_string(); // a beat every 500 ms
+            let r = readings(&[
+                (0, "r0", &[("m#1", &seq)]),
+                (1, "r1", &[("m#1", &seq)]),
+                (2, "r2", &[]),
+            ]);
+            b.observe(3, &r, &view, at);
+            assert!(
+                !b.gone("m#1", &[0, 1, 2], 2, window),
+                "step {step}: a beating member was judged gone"
+            );
+        }
+        // It stops at seq 4 (last change at 1500 ms). Node 2 never had it: its absence has been
+        // unchanged since t0, but node 2 alone is not a majority.
+        let last_change = t0 + Duration::from_millis(1500);
+        let r = readings(&[
+            (0, "r0", &[("m#1", "4")]),
+            (1, "r1", &[("m#1", "4")]),
+            (2, "r2", &[]),
+        ]);
+        b.observe(
+            3,
+            &r,
+            &view,
+            last_change + window - Duration::from_millis(1),
+        );
+        assert!(!b.gone("m#1", &[0, 1, 2], 2, window));
+        b.observe(3, &r, &view, last_change + window);
+        assert!(b.gone("m#1", &[0, 1, 2], 2, window));
+        // Only readings of this round count: with node 1 unanswered, nodes 0 and 2 decide.
+        assert!(b.gone("m#1", &[0, 2], 2, window));
+        assert!(!b.gone("m#1", &[0], 2, window));
+    }
+
+    #[test]
+    fn a_wiped_node_restarts_its_watch_and_a_node_clock_plays_no_part() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let view = std::collections::BTreeSet::new();
+        let mut b = Beats::default();
+        let r = readings(&[(0, "r0", &[("m#1", "7")]), (1, "r1", &[("m#1", "7")])]);
+        b.observe(3, &r, &view, t0);
+        // Node 1 lost its data: a new incarnation without the beat.
+        let r = readings(&[(0, "r0", &[("m#1", "7")]), (1, "r1b", &[])]);
+        b.observe(3, &r, &view, t0 + Duration::from_millis(900));
+        b.observe(3, &r, &view, t0 + Duration::from_millis(1200));
+        assert!(
+            !b.gone("m#1", &[0, 1], 2, window),
+            "node 1's new incarnation was watched only 300 ms"
+        );
+        b.observe(3, &r, &view, t0 + Duration::from_millis(1900));
+        assert!(b.gone("m#1", &[0, 1], 2, window));
+        assert_eq!(b.present(&[0, 1]), ["m#1".to_string()].into());
+    }
+}
