@@ -118,9 +118,12 @@ impl Election {
         loop {
             match self.lock.acquire(Duration::from_secs(3600)).await {
                 Ok(guard) => return Ok(Leadership { guard }),
-                Err(Error::Timeout { .. } | Error::LockHeld { .. } | Error::NoQuorum(_)) => {
-                    continue
-                }
+                Err(
+                    Error::Timeout { .. }
+                    | Error::LockHeld { .. }
+                    | Error::Contended { .. }
+                    | Error::NoQuorum(_),
+                ) => continue,
                 Err(e) => return Err(e),
             }
         }
@@ -129,7 +132,8 @@ impl Election {
     /// Become leader only if nobody is.
     ///
     /// # Errors
-    /// [`Error::LockHeld`] if there is a leader; [`Error::NoQuorum`] without a majority.
+    /// [`Error::LockHeld`] if there is a leader; [`Error::NoQuorum`] without a majority;
+    /// [`Error::Contended`] when concurrent grants kept its token behind (retryable).
     ///
     /// # Cancel safety
     /// Cancel-safe: a lease won by a dropped call is released in the background.
@@ -342,7 +346,7 @@ impl PeriodicJob {
         let period = crate::keys::Name::new("period", period)?;
         let guard = match self.lock.acquire(wait).await {
             Ok(g) => g,
-            Err(Error::LockHeld { .. } | Error::Timeout { .. }) => {
+            Err(Error::LockHeld { .. } | Error::Timeout { .. } | Error::Contended { .. }) => {
                 return Ok(JobOutcome::NotLeader)
             }
             Err(e) => return Err(e),

@@ -79,6 +79,14 @@ pub(crate) fn floor_key(lock_key: &str) -> String {
     format!("{}:{bucket}", fixed_key(KeyKind::FenceFloor))
 }
 
+/// Every fence floor key: the older single floor and every bucket.
+pub(crate) fn all_floor_keys() -> Vec<String> {
+    let single = fixed_key(KeyKind::FenceFloor);
+    std::iter::once(single.clone())
+        .chain((0..FLOOR_BUCKETS).map(|b| format!("{single}:{b}")))
+        .collect()
+}
+
 /// A validated user-supplied name (sequence, lock, group).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Name(String);
@@ -168,6 +176,16 @@ pub enum NameError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_floor_key_is_a_register_repair_copies_and_a_lock_has_one_bucket() {
+        let all = all_floor_keys();
+        assert_eq!(all.len(), 1 + FLOOR_BUCKETS as usize);
+        assert!(all.iter().all(|k| crate::repair::classify_for_tests(k)));
+        let bucket = floor_key("rq:lock:payments");
+        assert!(all.contains(&bucket));
+        assert_eq!(bucket, floor_key("rq:lock:payments"), "stable");
+    }
 
     #[test]
     fn hostile_names_are_rejected_or_kept_verbatim() {

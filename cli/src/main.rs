@@ -325,7 +325,11 @@ async fn lock_run(
     let lock = redquorum::Lock::with_options(client, name, ttl, options)?;
     let guard = match lock.acquire(wait).await {
         Ok(g) => g,
-        Err(e @ (redquorum::Error::LockHeld { .. } | redquorum::Error::Timeout { .. })) => {
+        Err(
+            e @ (redquorum::Error::LockHeld { .. }
+            | redquorum::Error::Timeout { .. }
+            | redquorum::Error::Contended { .. }),
+        ) => {
             eprintln!("redquorum: lock {name:?} not acquired: {e}");
             return Ok(ExitCode::from(3));
         }

@@ -46,6 +46,8 @@ pub struct Config {
     pub(crate) amnesia_protection: bool,
     pub(crate) quorum_override: Option<usize>,
     pub(crate) server_clock_leases: bool,
+    /// Repair re-reads every fence floor from every source after its scans (test switch).
+    pub(crate) floor_recheck: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
 }
@@ -94,6 +96,7 @@ impl Config {
             amnesia_protection: true,
             quorum_override: None,
             server_clock_leases: false,
+            floor_recheck: true,
             cluster_identity: true,
             cluster_pin: None,
         })
@@ -178,6 +181,15 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
+        self
+    }
+
+    /// TEST ONLY: a repair (or a change of the node list) does not re-read the fence floors
+    /// after its scans, so a test can show the token that a lock release during the copy
+    /// makes it miss. Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn without_floor_recheck_for_tests(mut self) -> Self {
+        self.floor_recheck = false;
         self
     }
 

@@ -11,7 +11,10 @@
 //!
 //! Keys that appear on the sources after the copy started were accepted by majorities without
 //! the targets (which were quarantined, or not yet marked), so the copy need not include
-//! them: any later majority meets those majorities at a node other than the targets.
+//! them: any later majority meets those majorities at a node other than the targets. The one
+//! exception is a fence floor bucket: a lock release writes an OLD token into it (and deletes
+//! the fence key that held it), so every floor is read again from every source after the
+//! scans.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -193,6 +196,19 @@ impl Client {
                 }
                 cursor = next;
             }
+        }
+        // A lock release moves a token granted BEFORE the copy from the lock's fence key into
+        // its floor bucket, then deletes the fence key: both can escape the scans (the fence
+        // deleted before its page was read, the floor raised after its page was read, or
+        // created after the scan passed). Floors only grow and a fence is folded into its
+        // floor before it is deleted, so reading every floor from every source after the
+        // scans sees every such token.
+        if self.inner.config.floor_recheck {
+            let counted = copied.keys;
+            self.copy_page(sources, target, crate::keys::all_floor_keys(), &mut copied)
+                .await?;
+            copied.keys = counted;
+            between_pages().await?;
         }
         Ok(copied)
     }

@@ -63,6 +63,12 @@ mod plan;
 
 pub use change::ClusterChange;
 
+/// Whether repair copies `key` as state (for unit tests elsewhere).
+#[cfg(test)]
+pub(crate) fn classify_for_tests(key: &str) -> bool {
+    plan::classify(key) == Some(plan::Kind::Register)
+}
+
 /// How a repair attempt ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum RepairOutcome {

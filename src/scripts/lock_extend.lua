@@ -17,7 +17,8 @@
 --           2  there was no key and the fence was at most the token: the copy was re-created
 --              (no later acquisition was granted on this node, so it blocks nobody entitled);
 --           0  the key holds another value (someone else's lease): nothing changed;
---          -2  no key, and a later acquisition was granted here (fence above the token);
+--          -2  no key, and the fence (or its floor bucket, which other locks share) is above
+--              the token: a later acquisition may have been granted here;
 --          -1  marker missing or stale: nothing changed.
 local version = rq_arg(ARGV[2], 'lock_extend version')
 local ttl = rq_arg(ARGV[3], 'lock_extend ttl')
