@@ -46,6 +46,10 @@ pub(crate) enum KeyKind {
     GroupLock,
     /// A group's leader fence counter.
     GroupFence,
+    /// A pool's units (hash: unit -> version * 2 + added).
+    Units,
+    /// A pool's unit version sequence (a fencing-ID register).
+    UnitVersion,
 }
 
 impl KeyKind {
@@ -64,6 +68,8 @@ impl KeyKind {
             KeyKind::Ack => "ack",
             KeyKind::GroupLock => "glock",
             KeyKind::GroupFence => "gfence",
+            KeyKind::Units => "units",
+            KeyKind::UnitVersion => "uver",
         }
     }
 }

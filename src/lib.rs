@@ -75,6 +75,7 @@ mod scripts;
 pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
+pub use distribution::Units;
 pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};

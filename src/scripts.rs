@@ -130,6 +130,14 @@ pub(crate) static PRUNE: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
+/// A pool's unit register: raise entries, marker-guarded.
+pub(crate) static UNITS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/units.lua")
+    ))
+});
+
 /// The last step of a repair: descriptor and marker, while the repairer's claim holds.
 pub(crate) static MARK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(

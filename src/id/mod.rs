@@ -192,8 +192,26 @@ impl IdGenerator {
         sequence: &str,
         options: IdOptions,
     ) -> Result<IdGenerator, Error> {
+        IdGenerator::build(client, sequence, options, KeyKind::Id)
+    }
+
+    /// A generator whose register lives under another key kind (a pool's unit versions).
+    pub(crate) fn with_kind(
+        client: &Client,
+        sequence: &str,
+        kind: KeyKind,
+    ) -> Result<IdGenerator, Error> {
+        IdGenerator::build(client, sequence, IdOptions::default(), kind)
+    }
+
+    fn build(
+        client: &Client,
+        sequence: &str,
+        options: IdOptions,
+        kind: KeyKind,
+    ) -> Result<IdGenerator, Error> {
         let name = Name::new("sequence", sequence)?;
-        let key = name.key(KeyKind::Id);
+        let key = name.key(kind);
         let high_water_key = format!("{}\u{0}{}", client.node_urls().join(","), key);
         Ok(IdGenerator {
             inner: Arc::new(Generator {

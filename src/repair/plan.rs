@@ -31,6 +31,8 @@ const KINDS: &[(&str, Kind)] = &[
     ("rq:done:", Kind::Hash(HashMerge::Max)),
     ("rq:ack:", Kind::Hash(HashMerge::Max)),
     ("rq:members:", Kind::Hash(HashMerge::IfAbsent)),
+    ("rq:units:", Kind::Hash(HashMerge::Max)),
+    ("rq:uver:", Kind::Register),
 ];
 
 /// The kind of state `key` holds, if it is state to copy.

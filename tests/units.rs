@@ -1,0 +1,90 @@
+//! The units of a pool on real nodes: add, remove, list; concurrent producers; a node down and
+//! a node wiped in between.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{client, init_tracing};
+use redquorum::{Error, Units};
+use redquorum_testkit::Cluster;
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_units_are_listed_and_removed_ones_never_are_whatever_node_fails() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let sites = Units::new(&c, "parsers").unwrap();
+    sites.add(&names("site", 30)).await.expect("added");
+    cluster.node(0).kill().await;
+    sites
+        .remove(&names("site", 10))
+        .await
+        .expect("removed with node 0 down");
+    cluster.node(0).restart().await;
+    cluster.node(1).wipe_and_restart().await;
+    sites
+        .add(&["site-3".to_string()])
+        .await
+        .expect("added again");
+    let listed = sites.list().await.expect("listed");
+    let mut want: BTreeSet<String> = names("site", 30)[10..].iter().cloned().collect();
+    want.insert("site-3".into());
+    assert_eq!(
+        listed, want,
+        "a unit removed is never listed; one added again is"
+    );
+    let other = client(&cluster.urls()).await;
+    assert_eq!(
+        Units::new(&other, "parsers").unwrap().list().await.unwrap(),
+        want,
+        "any client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_producers_at_once_lose_nothing() {
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let mut tasks = Vec::new();
+    for p in 0..8 {
+        let units = Units::new(&c, "mailboxes").unwrap();
+        tasks.push(tokio::spawn(async move {
+            for batch in names(&format!("p{p}"), 200).chunks(25) {
+                units.add(batch).await.expect("added");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let listed = Units::new(&c, "mailboxes").unwrap().list().await.unwrap();
+    assert_eq!(listed.len(), 8 * 200, "every producer's units");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_hostile_unit_is_refused_before_anything_is_sent() {
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let units = Units::new(&c, "pool").unwrap();
+    for bad in ["", "a\nb", &"x".repeat(600)] {
+        assert!(
+            matches!(
+                units.add(&["ok".into(), bad.to_string()]).await,
+                Err(Error::Name(_))
+            ),
+            "{bad:?} must be refused"
+        );
+    }
+    assert!(
+        units.list().await.unwrap().is_empty(),
+        "nothing was sent, not even `ok`"
+    );
+    assert!(matches!(Units::new(&c, ""), Err(Error::Name(_))));
+}
