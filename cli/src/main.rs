@@ -62,6 +62,36 @@ enum Command {
     /// The cluster's identity: its node list, stored on every node.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// The work units of a pool (work distribution).
+    #[command(subcommand)]
+    Units(UnitsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum UnitsCommand {
+    /// Add units to POOL: the UNITs given, or one per line of --from-file (`-` for stdin).
+    Add {
+        /// The pool name.
+        pool: String,
+        /// The units.
+        units: Vec<String>,
+        /// A file with one unit per line (`-`: stdin); empty lines are skipped.
+        #[arg(long)]
+        from_file: Option<String>,
+    },
+    /// Remove units from POOL: no later table assigns them.
+    Remove {
+        /// The pool name.
+        pool: String,
+        /// The units.
+        #[arg(required = true)]
+        units: Vec<String>,
+    },
+    /// Print the units of POOL, one per line, sorted.
+    List {
+        /// The pool name.
+        pool: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -224,6 +254,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             wait,
             command,
         }) => lock_run(&client, &name, ttl, wait, &command).await,
+        Command::Units(command) => units(&client, command).await,
         Command::Id(IdCommand::Next { sequence, count }) => {
             let ids = redquorum::IdGenerator::new(&client, &sequence)?
                 .next_ids(count)
@@ -237,6 +268,51 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn units(client: &Client, command: UnitsCommand) -> Result<ExitCode, redquorum::Error> {
+    match command {
+        UnitsCommand::Add {
+            pool,
+            mut units,
+            from_file,
+        } => {
+            if let Some(path) = from_file {
+                units.extend(read_lines(&path)?);
+            }
+            redquorum::Units::new(client, &pool)?.add(&units).await?;
+        }
+        UnitsCommand::Remove { pool, units } => {
+            redquorum::Units::new(client, &pool)?.remove(&units).await?;
+        }
+        UnitsCommand::List { pool } => {
+            let mut out = String::new();
+            for unit in redquorum::Units::new(client, &pool)?.list().await? {
+                out.push_str(&unit);
+                out.push('\n');
+            }
+            print!("{out}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The non-empty lines of `path` (`-`: stdin), without their line endings.
+fn read_lines(path: &str) -> Result<Vec<String>, redquorum::Error> {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = if path == "-" {
+        std::io::stdin().read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path).and_then(|mut f| f.read_to_string(&mut text))
+    };
+    read.map_err(|e| redquorum::Error::InvalidArgument(format!("cannot read {path:?}: {e}")))?;
+    Ok(text
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
 }
 
 async fn check(client: &Client) -> ExitCode {

@@ -668,3 +668,30 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
         "the old list is refused after the change"
     );
 }
+
+/// `units add / remove / list`, with units from arguments and from a file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_add_remove_and_list_print_the_pool_sorted() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("sites.txt");
+    std::fs::write(&file, "site-c\n\nsite-d\r\nsite-e\n").expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    for args in [
+        vec!["units", "add", "parsers", "site-b", "site-a"],
+        vec!["units", "add", "parsers", "--from-file", file],
+        vec!["units", "remove", "parsers", "site-d"],
+    ] {
+        let mut all = vec!["--nodes", nodes.as_str()];
+        all.extend(args.iter().copied());
+        let out = redquorum(&all).await;
+        assert!(out.status.success(), "{args:?}: {}", text(&out).1);
+    }
+    let out = redquorum(&["--nodes", &nodes, "units", "list", "parsers"]).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(text(&out).0, "site-a\nsite-b\nsite-c\nsite-e\n");
+    let out = redquorum(&["--nodes", &nodes, "units", "add", "parsers", ""]).await;
+    assert!(!out.status.success(), "an empty unit is refused");
+    assert!(text(&out).1.contains("unit"), "says why: {}", text(&out).1);
+}
