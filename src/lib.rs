@@ -53,8 +53,6 @@ mod client;
 mod clock;
 mod cluster;
 mod config;
-// Built in increments: the pure table lands before the protocol that uses it.
-#[cfg_attr(not(test), allow(dead_code))]
 mod distribution;
 mod election;
 mod error;
@@ -75,7 +73,7 @@ mod scripts;
 pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
-pub use distribution::Units;
+pub use distribution::{distribution_table, MemberWeight, TableInputs, UnitTable, Units};
 pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};

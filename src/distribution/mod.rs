@@ -9,4 +9,5 @@
 pub(crate) mod table;
 mod units;
 
+pub use table::{distribution_table, MemberWeight, TableInputs, UnitTable};
 pub use units::Units;

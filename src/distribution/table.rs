@@ -30,28 +30,53 @@ use xxhash_rust::xxh3::xxh3_64;
 /// One member of a distribution: its ID and weight (0: drained, it owns nothing but pinned
 /// units).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct MemberWeight {
-    pub(crate) id: String,
-    pub(crate) weight: u32,
+pub struct MemberWeight {
+    /// The member's ID.
+    pub id: String,
+    /// Its weight: its share of the units is proportional to it.
+    pub weight: u32,
 }
 
 /// What the table is computed from.
 #[derive(Clone, Debug)]
-pub(crate) struct Inputs<'a> {
-    /// The previous table (`unit -> member`); empty in the stateless mode.
-    pub(crate) previous: Option<&'a BTreeMap<String, String>>,
-    pub(crate) members: &'a [MemberWeight],
-    pub(crate) units: &'a BTreeSet<String>,
+pub struct TableInputs<'a> {
+    /// The previous table (`unit -> member`); `None` in the stateless mode.
+    pub previous: Option<&'a BTreeMap<String, String>>,
+    /// The members (any order; a repeated ID counts once).
+    pub members: &'a [MemberWeight],
+    /// The units.
+    pub units: &'a BTreeSet<String>,
     /// Units pinned to a member (honoured while that member is present).
-    pub(crate) pins: Option<&'a BTreeMap<String, String>>,
+    pub pins: Option<&'a BTreeMap<String, String>>,
 }
 
 /// The table: `unit -> member`, every unit owned by exactly one present member (none when
 /// there is no member with a weight and the unit is not pinned).
-pub(crate) type Table = BTreeMap<String, String>;
+pub type UnitTable = BTreeMap<String, String>;
+
+/// The assignment table of work distribution: which member owns each unit, a deterministic
+/// function of the previous table, the members and their weights, the units and the pins.
+///
+/// 1. Units pinned to a present member go to it. The other `U` units are shared by weight:
+///    each member's quota is the floor or the ceiling of `U * weight / total weight`, so every
+///    load is within one unit of its weighted share (a member of weight 0, drained, owns only
+///    its pins).
+/// 2. A unit keeps its previous owner when that owner is still a member with a weight; the
+///    quotas are chosen closest to what each member keeps, so a change moves the fewest units
+///    the balance allows.
+/// 3. A member keeping more than its quota gives up the units with the highest `xxh3(unit)`;
+///    units without an owner are placed in `xxh3(unit)` order, filling members in ID order.
+///
+/// Without a previous table, the same lists always give the same division.
+pub fn distribution_table(inputs: &TableInputs<'_>) -> UnitTable {
+    compute(inputs)
+}
+
+pub(crate) type Table = UnitTable;
+type Inputs<'a> = TableInputs<'a>;
 
 /// Compute the table (see the module docs for the function).
-pub(crate) fn compute(inputs: &Inputs<'_>) -> Table {
+fn compute(inputs: &Inputs<'_>) -> Table {
     let mut members: Vec<&MemberWeight> = inputs.members.iter().collect();
     members.sort_by(|a, b| a.id.cmp(&b.id));
     members.dedup_by(|a, b| a.id == b.id);
