@@ -88,3 +88,56 @@ async fn an_empty_or_hostile_unit_is_refused_before_anything_is_sent() {
     );
     assert!(matches!(Units::new(&c, ""), Err(Error::Name(_))));
 }
+
+/// The removals reached only nodes 1 and 2 (node 0 was down); node 1 is then wiped and node 2
+/// goes down, so the only majority left is node 0 (which never saw the removals) and the wiped
+/// node 1. Run with the amnesia protection (`protected`), node 1 must be repaired from a
+/// majority of the others first, which is impossible: the list fails instead of answering.
+/// Returns the removed units the first answer showed, or None when no list answered.
+async fn removed_units_listed_after_a_wipe(protected: bool) -> Option<usize> {
+    let cluster = Cluster::start(3).await;
+    let mut config = redquorum::Config::from_urls(cluster.urls()).expect("valid");
+    if !protected {
+        config = config.with_amnesia_protection_disabled_for_tests();
+    }
+    let c = redquorum::Client::connect(config).await.expect("connect");
+    let sites = Units::new(&c, "parsers").unwrap();
+    sites.add(&names("site", 20)).await.expect("added");
+    cluster.node(0).kill().await;
+    sites
+        .remove(&names("site", 10))
+        .await
+        .expect("removed on nodes 1 and 2");
+    cluster.node(0).restart().await;
+    cluster.node(1).wipe_and_restart().await;
+    cluster.node(2).kill().await;
+    let removed: BTreeSet<String> = names("site", 10).into_iter().collect();
+    // The restarted nodes are reconnected lazily: ask for up to 5 s, take the first answer.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(listed) = sites.list().await {
+            return Some(listed.intersection(&removed).count());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_never_brings_a_removed_unit_back() {
+    let shown = removed_units_listed_after_a_wipe(true).await;
+    assert!(
+        shown.is_none_or(|n| n == 0),
+        "a removed unit was listed again ({shown:?} of 10)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_amnesia_protection_a_wiped_node_brings_removed_units_back() {
+    let shown = removed_units_listed_after_a_wipe(false).await;
+    assert_eq!(
+        shown,
+        Some(10),
+        "the wiped node's empty answer must let node 0's stale adds through"
+    );
+}
