@@ -50,6 +50,23 @@ pub(crate) enum KeyKind {
     Units,
     /// A pool's unit version sequence (a fencing-ID register).
     UnitVersion,
+    /// A pool's per-node change stamp of its units (`<random start>` raised by every units
+    /// write on that node): tells a pool leader whether it must read the units again. Not
+    /// copied by repair (a restarted count is just a re-read).
+    UnitStamp,
+    /// A pool's beats (as [`KeyKind::Members`], for the pool's members).
+    PoolMembers,
+    /// A pool's agreed view (as [`KeyKind::View`], with unit-list references).
+    PoolView,
+    /// A pool's acknowledgements (as [`KeyKind::Ack`]).
+    PoolAck,
+    /// A pool's leader lease.
+    PoolLock,
+    /// A pool's leader fence counter.
+    PoolFence,
+    /// One member ID's unit lists in a pool (hash: `<version>.<digest>` -> snapshot or delta,
+    /// each field written once); see [`pool_list_key`].
+    PoolList,
 }
 
 impl KeyKind {
@@ -70,8 +87,26 @@ impl KeyKind {
             KeyKind::GroupFence => "gfence",
             KeyKind::Units => "units",
             KeyKind::UnitVersion => "uver",
+            KeyKind::UnitStamp => "ustamp",
+            KeyKind::PoolMembers => "pmembers",
+            KeyKind::PoolView => "pview",
+            KeyKind::PoolAck => "pack",
+            KeyKind::PoolLock => "plock",
+            KeyKind::PoolFence => "pfence",
+            KeyKind::PoolList => "plist",
         }
     }
+}
+
+/// The unit lists of member `id` in `pool`: `rq:plist:<pool length>:<pool>:<id>`. The length
+/// prefix keeps two (pool, id) pairs from ever naming one key, whatever `:` they contain.
+pub(crate) fn pool_list_key(pool: &Name, id: &str) -> String {
+    format!(
+        "{KEY_PREFIX}{}:{}:{}:{id}",
+        KeyKind::PoolList.word(),
+        pool.as_str().len(),
+        pool.as_str()
+    )
 }
 
 /// Buckets of the fence floor: a released lock's fence is folded into its bucket's floor, so
@@ -191,6 +226,14 @@ mod tests {
         let bucket = floor_key("rq:lock:payments");
         assert!(all.contains(&bucket));
         assert_eq!(bucket, floor_key("rq:lock:payments"), "stable");
+    }
+
+    #[test]
+    fn two_pool_and_member_pairs_never_share_a_list_key() {
+        let a = pool_list_key(&Name::new("pool", "a:b").expect("valid"), "c");
+        let b = pool_list_key(&Name::new("pool", "a").expect("valid"), "b:c");
+        assert_ne!(a, b);
+        assert_eq!(a, "rq:plist:3:a:b:c");
     }
 
     #[test]

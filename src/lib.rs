@@ -73,7 +73,10 @@ mod scripts;
 pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
-pub use distribution::{distribution_table, MemberWeight, TableInputs, UnitTable, Units};
+pub use distribution::{
+    distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolTable, TableInputs,
+    UnitTable, Units, MAX_WEIGHT,
+};
 pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};
@@ -82,8 +85,8 @@ pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use lease::MAX_DRIFT_RATE;
 pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LockOptions, LossReason, MAX_TTL, MIN_TTL};
 pub use membership::{
-    moved_fraction, Assignment, Drain, DrainHook, GroupOptions, Member, Ownership, View, ViewState,
-    ViewVersion,
+    moved_fraction, Assignment, Drain, DrainHook, GroupOptions, ListRef, Member, Ownership, View,
+    ViewState, ViewVersion,
 };
 #[cfg(feature = "test-util")]
 pub use membership::{ReadingForTests, ViewRegisterForTests};

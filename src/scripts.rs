@@ -25,6 +25,14 @@ pub(crate) static RAISE: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
+/// Work distribution: write-once unit-list fields, and their collection.
+pub(crate) static PLIST: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/plist.lua")
+    ))
+});
+
 /// Largest value any ID or token may take, exclusive: Lua compares doubles, exact below 2^53.
 pub const VALUE_LIMIT: u64 = 1 << 53;
 

@@ -1,13 +1,22 @@
-//! Work distribution (issue 12, in progress): named work units of a pool assigned to members,
-//! balanced by weight and sticky, with the fenced hand-over of peer indexing.
+//! Work distribution: named work units of a pool assigned to members, balanced by weight and
+//! sticky, with the fenced hand-over of peer indexing.
 //!
 //! - `table.rs`: the assignment table as a pure, deterministic function;
+//! - `plan.rs`: the pool leader's plan (which process works each member ID's list, the
+//!   restart grace), pure;
+//! - `lists.rs`: unit lists on the nodes (write-once snapshot and delta fields), pure;
+//! - `pool.rs`: the pool's side of its group (the leader's planner, writes, collection, a
+//!   member's load of its own lists);
+//! - `member.rs`: [`PoolMember`], [`PoolOptions`], [`pool_table`];
 //! - `units.rs`: [`Units`], the units of a pool on the quorum nodes (add, remove, list).
-//!
-//! The members, the leader that seals tables, the hand-over and the CLI come next.
 
+mod lists;
+mod member;
+mod plan;
+mod pool;
 pub(crate) mod table;
 mod units;
 
+pub use member::{pool_table, PoolMember, PoolOptions, PoolTable, MAX_WEIGHT};
 pub use table::{distribution_table, MemberWeight, TableInputs, UnitTable};
 pub use units::Units;

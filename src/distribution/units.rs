@@ -38,6 +38,7 @@ const BATCH: usize = 1000;
 pub struct Units {
     client: Client,
     key: String,
+    stamp: String,
     versions: IdGenerator,
 }
 
@@ -51,6 +52,7 @@ impl Units {
         Ok(Units {
             client: client.clone(),
             key: pool.key(KeyKind::Units),
+            stamp: pool.key(KeyKind::UnitStamp),
             versions: IdGenerator::with_kind(client, pool.as_str(), KeyKind::UnitVersion)?,
         })
     }
@@ -89,7 +91,7 @@ impl Units {
                 .zip(versions)
                 .map(|(u, v)| entry(v, added).map(|e| (u.clone(), e)))
                 .collect::<Result<_, _>>()?;
-            let step = write_step(&self.key, &entries);
+            let step = write_step(&self.key, &self.stamp, &entries);
             self.client
                 .decide(Request::vote("units.write"), step)
                 .await?;
@@ -133,7 +135,7 @@ fn entry(version: u64, added: bool) -> Result<u64, Error> {
 
 /// The units present after merging the nodes' registers: per unit the highest entry, present
 /// when it is odd. An entry that does not parse is ignored (the script refuses to raise it).
-fn merge<'a>(nodes: impl Iterator<Item = &'a BTreeMap<String, String>>) -> BTreeSet<String> {
+pub(crate) fn merge<'a>(nodes: impl Iterator<Item = &'a BTreeMap<String, String>>) -> BTreeSet<String> {
     let mut best: BTreeMap<&str, u64> = BTreeMap::new();
     for node in nodes {
         for (unit, e) in node {
@@ -149,12 +151,16 @@ fn merge<'a>(nodes: impl Iterator<Item = &'a BTreeMap<String, String>>) -> BTree
         .collect()
 }
 
-/// `units.lua` for these entries, marker-guarded.
-fn write_step(key: &str, entries: &[(String, u64)]) -> Step<()> {
+/// `units.lua` for these entries, marker-guarded; the node's change stamp starts at a random
+/// value where missing (so a restarted count never repeats one a leader saw).
+fn write_step(key: &str, stamp: &str, entries: &[(String, u64)]) -> Step<()> {
+    let start = rand::random::<u64>() >> 24;
     let mut call = script_call(&UNITS, Guard::Marker)
         .key(key)
         .marker_key()
-        .marker();
+        .key(stamp)
+        .marker()
+        .arg(start);
     for (unit, e) in entries {
         call = call.arg(unit).arg(*e);
     }
@@ -201,8 +207,11 @@ mod tests {
 
     #[test]
     fn a_write_is_a_marker_guarded_script_with_its_entries() {
-        let step = write_step("rq:units:p", &[("a".into(), 3), ("b".into(), 4)]);
+        let step = write_step("rq:units:p", "rq:ustamp:p", &[("a".into(), 3), ("b".into(), 4)]);
         assert!(step.is_guarded());
-        assert_eq!(step.args_for_tests("r/c"), vec!["r/c", "a", "3", "b", "4"]);
+        let args = step.args_for_tests("r/c");
+        assert_eq!(args[0], "r/c");
+        assert!(args[1].parse::<u64>().is_ok_and(|s| s < 1 << 40), "stamp start");
+        assert_eq!(args[2..], ["a", "3", "b", "4"]);
     }
 }

@@ -85,6 +85,48 @@ pub struct View {
     /// takes the view only while it holds this version or an older one).
     #[serde(default)]
     pub base: ViewVersion,
+    /// Work distribution only (empty for peer indexing): per member ID, the unit list this
+    /// view gives it and the process (member key) that works it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lists: BTreeMap<String, ListRef>,
+    /// Work distribution only: the last active view's `lists` (what `draining` worked under).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous_lists: BTreeMap<String, ListRef>,
+}
+
+/// Work distribution: a reference from a view to one member ID's unit list, stored on the
+/// nodes as immutable fields (a snapshot and the deltas on it), each named
+/// `<version>.<digest>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListRef {
+    /// The member key (`<id>#<nonce>`) that works the list; `None` while the ID is away within
+    /// its restart grace (nobody works its units).
+    #[serde(rename = "k", default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The field holding the list's newest snapshot or delta.
+    #[serde(rename = "f")]
+    pub field: String,
+    /// How many units the list holds.
+    #[serde(rename = "n")]
+    pub count: u64,
+    /// A digest of the whole list (16 hex digits), checked by every reader.
+    #[serde(rename = "d")]
+    pub digest: String,
+    /// Units written in the deltas since the snapshot (a new snapshot is written when this
+    /// would exceed the list's size).
+    #[serde(rename = "c", default)]
+    pub chain: u64,
+    /// The member's weight (kept while the ID is away within its grace).
+    #[serde(rename = "w", default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(w: &u32) -> bool {
+    *w == 1
 }
 
 impl View {
@@ -97,6 +139,8 @@ impl View {
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
             base: ViewVersion::default(),
+            lists: BTreeMap::new(),
+            previous_lists: BTreeMap::new(),
         }
     }
 
@@ -109,7 +153,24 @@ impl View {
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
             base: ViewVersion::default(),
+            lists: self.previous_lists.clone(),
+            previous_lists: BTreeMap::new(),
         }
+    }
+
+    /// The same view carrying these unit lists (work distribution).
+    pub(crate) fn with_lists(mut self, lists: BTreeMap<String, ListRef>) -> View {
+        self.lists = lists;
+        self
+    }
+
+    /// The list this view gives the member with key `key`, if it works one.
+    pub(crate) fn list_of(&self, key: &str) -> Option<(&str, &ListRef)> {
+        let id = member_id(key);
+        self.lists
+            .get_key_value(id)
+            .filter(|(_, l)| l.key.as_deref() == Some(key))
+            .map(|(id, l)| (id.as_str(), l))
     }
 
     /// Number of members.
@@ -131,9 +192,9 @@ impl View {
         };
         // Whoever took tasks last is whoever was in the last ACTIVE view: a prepared view that
         // never became active handed out nothing.
-        let previous = match self.state {
-            ViewState::Active => self.members.clone(),
-            ViewState::Prepare => self.previous.clone(),
+        let (previous, previous_lists) = match self.state {
+            ViewState::Active => (self.members.clone(), self.lists.clone()),
+            ViewState::Prepare => (self.previous.clone(), self.previous_lists.clone()),
         };
         View {
             version: ViewVersion { term, seq },
@@ -142,6 +203,8 @@ impl View {
             draining: previous.keys().cloned().collect(),
             previous,
             base: self.version,
+            lists: self.lists.clone(),
+            previous_lists,
         }
     }
 
@@ -180,6 +243,8 @@ impl View {
             draining: BTreeSet::new(),
             previous: BTreeMap::new(),
             base: self.version,
+            lists: self.lists.clone(),
+            previous_lists: BTreeMap::new(),
         }
     }
 
@@ -203,6 +268,11 @@ impl View {
             ),
         }
     }
+}
+
+/// The member ID of a member key `<id>#<nonce>` (a key without `#` is its own ID).
+pub(crate) fn member_id(key: &str) -> &str {
+    key.rsplit_once('#').map_or(key, |(id, _)| id)
 }
 
 /// Dense, sticky indexes: a member keeps its previous index while that index is below the new

@@ -5,20 +5,24 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::assign::{self, Ownership, View, ViewState, ViewVersion};
+use super::assign::{self, ListRef, Ownership, View, ViewState, ViewVersion};
 use super::group::Assignment;
 use super::register;
+use super::tables::Held;
 use crate::clock::Stamp;
 
 /// The assignment a member with key `key` holds under `view`, given the validity of its last
 /// beat a majority applied (snapshotted BEFORE the view was read) and whether that validity
-/// is still running: an index in an active view, or in a prepared view it drains from.
+/// is still running: an index in an active view, or in a prepared view it drains from. A pool
+/// member passes the units it loaded for the view (`held`): under an active view it owns the
+/// view's list, under a prepared one only the units both lists give it.
 pub(super) fn assignment(
     view: &View,
     key: &Arc<str>,
     beat_until: Option<Stamp>,
     beat_valid: bool,
     ownership: Ownership,
+    held: Option<&Held>,
 ) -> Option<Assignment> {
     let index = view.index_of(key)?;
     let until = beat_until.filter(|_| beat_valid)?;
@@ -39,6 +43,10 @@ pub(super) fn assignment(
         previous: (state == ViewState::Prepare).then(|| Arc::new(view.previous_view())),
         member: key.clone(),
         ownership,
+        units: held.map(|h| match state {
+            ViewState::Active => h.current.clone(),
+            ViewState::Prepare => Arc::new(h.current.intersection(&h.previous).cloned().collect()),
+        }),
     })
 }
 
@@ -68,10 +76,11 @@ pub(super) fn same_assignment(a: Option<&Assignment>, b: Option<&Assignment>) ->
 }
 
 /// What the leader seals next from the view it adopted, the live and gone members it judged,
-/// and (for a prepared view) the acknowledgements: `None` when nothing changes. A prepared
-/// view is activated once every member of the last active view acknowledged it or is gone;
-/// a membership change while draining prepares the next view. Without the barrier (a
-/// test-only switch) a prepared view is activated at once.
+/// (for a prepared view) the acknowledgements, and (for a pool) the unit lists its planner
+/// proposes: `None` when nothing changes. A prepared view is activated once every member of
+/// the last active view acknowledged it or is gone; a change of membership or of the lists
+/// while draining prepares the next view. Without the barrier (a test-only switch) a prepared
+/// view is activated at once.
 pub(super) fn leader_decision(
     view: &View,
     live: &BTreeSet<String>,
@@ -79,17 +88,26 @@ pub(super) fn leader_decision(
     acks: &BTreeSet<String>,
     term: u64,
     barrier: bool,
+    lists: Option<&BTreeMap<String, ListRef>>,
 ) -> Option<View> {
     let members: BTreeSet<String> = view.members.keys().cloned().collect();
+    let same = *live == members && lists.is_none_or(|l| *l == view.lists);
+    let next = || {
+        let next = view.next(live, term);
+        match lists {
+            Some(l) => next.with_lists(l.clone()),
+            None => next,
+        }
+    };
     match view.state {
         ViewState::Prepare if assign::transition_ready(view, acks, gone) => {
             Some(view.activated(term))
         }
-        ViewState::Prepare if *live != members => Some(view.next(live, term)),
+        ViewState::Prepare if !same => Some(next()),
         ViewState::Prepare => None,
-        ViewState::Active if *live == members => None,
-        ViewState::Active if barrier => Some(view.next(live, term)),
-        ViewState::Active => Some(view.next(live, term).activated(term)),
+        ViewState::Active if same => None,
+        ViewState::Active if barrier => Some(next()),
+        ViewState::Active => Some(next().activated(term)),
     }
 }
 
@@ -152,7 +170,7 @@ mod tests {
         let v = active(&["a#1", "b#1"], 1);
         let none = set(&[]);
         assert_eq!(
-            leader_decision(&v, &set(&["a#1", "b#1"]), &none, &none, 1, true),
+            leader_decision(&v, &set(&["a#1", "b#1"]), &none, &none, 1, true, None),
             None
         );
     }
@@ -161,12 +179,12 @@ mod tests {
     fn a_membership_change_prepares_a_view_that_drains_the_old_members() {
         let v = active(&["a#1", "b#1"], 1);
         let none = set(&[]);
-        let next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, true)
+        let next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, true, None)
             .expect("a new view");
         assert_eq!(next.state, ViewState::Prepare);
         assert!(next.version > v.version);
         assert!(next.draining.contains("a#1") && next.draining.contains("b#1"));
-        let unsafe_next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, false)
+        let unsafe_next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, false, None)
             .expect("a new view");
         assert_eq!(
             unsafe_next.state,
@@ -180,13 +198,13 @@ mod tests {
         let v = active(&["a#1", "b#1"], 1);
         let none = set(&[]);
         let live = set(&["a#1", "b#1", "c#1"]);
-        let prepared = leader_decision(&v, &live, &none, &none, 1, true).expect("prepared");
+        let prepared = leader_decision(&v, &live, &none, &none, 1, true, None).expect("prepared");
         assert_eq!(
-            leader_decision(&prepared, &live, &none, &set(&["a#1"]), 1, true),
+            leader_decision(&prepared, &live, &none, &set(&["a#1"]), 1, true, None),
             None,
             "b has neither acknowledged nor gone"
         );
-        let activated = leader_decision(&prepared, &live, &none, &set(&["a#1", "b#1"]), 1, true)
+        let activated = leader_decision(&prepared, &live, &none, &set(&["a#1", "b#1"]), 1, true, None)
             .expect("activated");
         assert_eq!(activated.state, ViewState::Active);
         let b_gone = leader_decision(
@@ -196,6 +214,7 @@ mod tests {
             &set(&["a#1"]),
             1,
             true,
+            None,
         )
         .expect("activated");
         assert_eq!(
@@ -204,9 +223,60 @@ mod tests {
             "a gone member needs no ack"
         );
         let changed_again =
-            leader_decision(&prepared, &set(&["a#1"]), &none, &none, 1, true).expect("re-prepared");
+            leader_decision(&prepared, &set(&["a#1"]), &none, &none, 1, true, None).expect("re-prepared");
         assert_eq!(changed_again.state, ViewState::Prepare);
         assert!(changed_again.version > prepared.version);
+    }
+
+    fn list(key: &str, field: &str) -> ListRef {
+        ListRef {
+            key: Some(key.into()),
+            field: field.into(),
+            count: 1,
+            digest: "0".into(),
+            chain: 0,
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn new_unit_lists_prepare_a_view_even_when_membership_stands() {
+        let none = set(&[]);
+        let live = set(&["a#1", "b#1"]);
+        let lists: BTreeMap<String, ListRef> = [("a".to_string(), list("a#1", "5.x"))].into();
+        let v = active(&["a#1", "b#1"], 1).with_lists(lists.clone());
+        assert_eq!(
+            leader_decision(&v, &live, &none, &none, 1, true, Some(&lists)),
+            None,
+            "the same lists: nothing to seal"
+        );
+        let moved: BTreeMap<String, ListRef> = [("b".to_string(), list("b#1", "6.y"))].into();
+        let next = leader_decision(&v, &live, &none, &none, 1, true, Some(&moved)).expect("new");
+        assert_eq!(next.state, ViewState::Prepare);
+        assert_eq!(next.lists, moved);
+        assert_eq!(next.previous_lists, lists, "the last active view's lists drain");
+        let active = next.activated(1);
+        assert_eq!(active.lists, moved);
+        assert!(active.previous_lists.is_empty());
+    }
+
+    #[test]
+    fn under_a_prepared_view_a_pool_member_owns_only_units_both_lists_give_it() {
+        let key: Arc<str> = "a#1".into();
+        let v = active(&["a#1"], 1);
+        let prepared = v.next(&set(&["a#1", "b#1"]), 1);
+        let units = |u: &[&str]| Arc::new(u.iter().map(|s| s.to_string()).collect());
+        let held = Held {
+            current: units(&["x", "y"]),
+            previous: units(&["y", "z"]),
+        };
+        let until = Some(Stamp::now());
+        let a = assignment(&prepared, &key, until, true, Ownership::Modulo, Some(&held))
+            .expect("draining");
+        assert_eq!(a.units().map(|u| u.len()), Some(1));
+        assert!(a.covers_unit("y") && !a.covers_unit("x") && !a.covers_unit("z"));
+        let act = assignment(&v, &key, until, true, Ownership::Modulo, Some(&held)).expect("on");
+        assert!(act.covers_unit("x") && act.covers_unit("y") && !act.covers_unit("z"));
     }
 
     #[test]
@@ -214,18 +284,18 @@ mod tests {
         let key: Arc<str> = "a#1".into();
         let v = active(&["a#1", "b#1"], 1);
         let until = Some(Stamp::now());
-        let a = assignment(&v, &key, until, true, Ownership::Modulo).expect("assigned");
+        let a = assignment(&v, &key, until, true, Ownership::Modulo, None).expect("assigned");
         assert_eq!((a.replicas, a.state), (2, ViewState::Active));
         assert!(
-            assignment(&v, &key, until, false, Ownership::Modulo).is_none(),
+            assignment(&v, &key, until, false, Ownership::Modulo, None).is_none(),
             "lease over"
         );
         assert!(
-            assignment(&v, &key, None, true, Ownership::Modulo).is_none(),
+            assignment(&v, &key, None, true, Ownership::Modulo, None).is_none(),
             "never beat"
         );
         let stranger: Arc<str> = "z#9".into();
-        assert!(assignment(&v, &stranger, until, true, Ownership::Modulo).is_none());
+        assert!(assignment(&v, &stranger, until, true, Ownership::Modulo, None).is_none());
     }
 
     #[test]
@@ -234,10 +304,10 @@ mod tests {
         let prepared = v.next(&set(&["a#1", "c#1"]), 1);
         let (a, c): (Arc<str>, Arc<str>) = ("a#1".into(), "c#1".into());
         let until = Some(Stamp::now());
-        let held = assignment(&prepared, &a, until, true, Ownership::Modulo).expect("draining");
+        let held = assignment(&prepared, &a, until, true, Ownership::Modulo, None).expect("draining");
         assert_eq!(held.state, ViewState::Prepare);
         assert!(
-            assignment(&prepared, &c, until, true, Ownership::Modulo).is_none(),
+            assignment(&prepared, &c, until, true, Ownership::Modulo, None).is_none(),
             "a joining member owns nothing before activation"
         );
         assert!(starts_drain(&prepared, "a#1", None, None));

@@ -10,9 +10,10 @@
 pub(crate) mod assign;
 pub(crate) mod decide;
 pub(crate) mod group;
-mod register;
+pub(crate) mod register;
+pub(crate) mod tables;
 
-pub use assign::{moved_fraction, Ownership, View, ViewState, ViewVersion};
+pub use assign::{moved_fraction, ListRef, Ownership, View, ViewState, ViewVersion};
 pub use group::{Assignment, Drain, DrainHook, GroupOptions, Member};
 #[cfg(feature = "test-util")]
 pub use register::{ReadingForTests, ViewRegisterForTests};

@@ -33,6 +33,13 @@ const KINDS: &[(&str, Kind)] = &[
     ("rq:members:", Kind::Hash(HashMerge::IfAbsent)),
     ("rq:units:", Kind::Hash(HashMerge::Max)),
     ("rq:uver:", Kind::Register),
+    ("rq:pmembers:", Kind::Hash(HashMerge::IfAbsent)),
+    ("rq:pview:", Kind::View),
+    ("rq:pack:", Kind::Hash(HashMerge::Max)),
+    ("rq:plock:", Kind::Lease),
+    ("rq:pfence:", Kind::Register),
+    // Unit lists: every field is written once (its name is its version and digest).
+    ("rq:plist:", Kind::Hash(HashMerge::IfAbsent)),
 ];
 
 /// The kind of state `key` holds, if it is state to copy.
@@ -47,6 +54,8 @@ pub(crate) fn classify(key: &str) -> Option<Kind> {
 pub(super) fn fence_of(lease_key: &str) -> Option<String> {
     if let Some(name) = lease_key.strip_prefix("rq:lock:") {
         Some(format!("rq:fence:{name}"))
+    } else if let Some(name) = lease_key.strip_prefix("rq:plock:") {
+        Some(format!("rq:pfence:{name}"))
     } else {
         lease_key
             .strip_prefix("rq:glock:")
@@ -282,6 +291,14 @@ mod tests {
         }
         assert_eq!(fence_of("rq:lock:a"), Some("rq:fence:a".into()));
         assert_eq!(fence_of("rq:glock:g"), Some("rq:gfence:g".into()));
+        assert_eq!(fence_of("rq:plock:p"), Some("rq:pfence:p".into()));
+        assert_eq!(
+            classify("rq:plist:3:a:b:c"),
+            Some(Kind::Hash(HashMerge::IfAbsent)),
+            "unit lists are copied field by field (each written once)"
+        );
+        assert_eq!(classify("rq:pview:p"), Some(Kind::View));
+        assert_eq!(classify("rq:ustamp:p"), None, "a stamp is not copied");
     }
 
     #[test]

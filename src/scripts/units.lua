@@ -5,8 +5,12 @@
 --
 -- KEYS[1]  the pool's units (rq:units:<pool>): a hash, unit -> decimal integer.
 -- KEYS[2]  the node marker (rq:marker), see id_propose.lua.
+-- KEYS[3]  the pool's change stamp on this node (rq:ustamp:<pool>): raised by one with every
+--          call that passes the marker check, started at ARGV[2] where missing, so a pool
+--          leader that saw the same stamp on a node (same marker) knows nothing changed there.
 -- ARGV[1]  expected marker, or "*" (test-only).
--- ARGV[2k], ARGV[2k+1]  (k >= 1) a unit and its entry, a decimal integer below 2^53.
+-- ARGV[2]  the stamp's start where missing: a random decimal integer below 2^40.
+-- ARGV[2k+1], ARGV[2k+2]  (k >= 1) a unit and its entry, a decimal integer below 2^53.
 --
 -- Returns  the number of entries raised (an entry is never lowered); -1 when the marker
 --          check failed (nothing changed). An error reply for a malformed entry or a
@@ -14,8 +18,14 @@
 if ARGV[1] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return -1
 end
+local start = rq_arg(ARGV[2], 'stamp start')
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('SET', KEYS[3], start)
+end
+rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
+redis.call('INCR', KEYS[3])
 local raised = 0
-for i = 2, #ARGV - 1, 2 do
+for i = 3, #ARGV - 1, 2 do
   local want = rq_arg(ARGV[i + 1], 'unit entry')
   local current = rq_stored(redis.call('HGET', KEYS[1], ARGV[i]), KEYS[1] .. ' ' .. ARGV[i])
   if current < want then

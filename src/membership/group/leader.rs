@@ -178,8 +178,21 @@ pub(super) async fn leader_step(
         },
         ViewState::Active => BTreeSet::new(),
     };
+    // A pool's planner proposes the unit lists for the live members.
+    let planned = match &shared.tables {
+        None => None,
+        Some(tables) => match tables.plan(&view, &live).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(pool = %shared.group, error = %e, "leader: cannot plan the table");
+                return Err(view);
+            }
+        },
+    };
     let barrier = shared.opts.barrier;
-    let Some(next) = decide::leader_decision(&view, &live, &gone, &acks, term, barrier) else {
+    let lists = planned.as_ref().map(|p| &p.lists);
+    let Some(next) = decide::leader_decision(&view, &live, &gone, &acks, term, barrier, lists)
+    else {
         return Err(view);
     };
     // Terms roll over before a term's sequence numbers run out: step down, so the next
@@ -188,6 +201,15 @@ pub(super) async fn leader_step(
         tracing::warn!(group = %shared.group, version = ?next.version, "view sequence of this term nearly exhausted: stepping down for a new term");
         step_down(shared).await;
         return Err(view);
+    }
+    // The lists a new view names are on a majority before the view is sealed.
+    if let (Some(tables), Some(planned)) = (&shared.tables, &planned) {
+        if next.lists == planned.lists && next.lists != view.lists {
+            if let Err(e) = tables.write(planned).await {
+                tracing::debug!(pool = %shared.group, error = %e, "leader: cannot write the table");
+                return Err(view);
+            }
+        }
     }
     // Still the leader, with room for the write to land within the lease.
     if !still_leading(shared, term) {
@@ -206,6 +228,9 @@ pub(super) async fn leader_step(
             if let (ViewState::Active, Some(token)) = (next.state, next.version.token()) {
                 let (client, key) = (shared.client.clone(), shared.ack_key.clone());
                 tokio::spawn(crate::jobs::prune(client, key, token.get(), 0));
+                if let Some(tables) = &shared.tables {
+                    tables.clone().activated(&next);
+                }
             }
             Ok(next)
         }

@@ -31,6 +31,7 @@ use crate::lock::{Lock, LockOptions};
 use crate::scripts::MEMBER_BEAT;
 
 use super::register::{self, ViewRegister};
+use super::tables::Tables;
 
 mod beats;
 mod leader;
@@ -69,6 +70,9 @@ pub struct Assignment {
     pub(super) previous: Option<Arc<View>>,
     pub(super) member: Arc<str>,
     pub(super) ownership: Ownership,
+    /// Work distribution: the units owned under this assignment (under a prepared view, those
+    /// both the last active list and the new one give this member). `None` in a plain group.
+    pub(super) units: Option<Arc<BTreeSet<String>>>,
 }
 
 impl Assignment {
@@ -88,6 +92,24 @@ impl Assignment {
     /// the monotonic or the boot clock).
     pub fn owns(&self, task_id: u64) -> bool {
         !self.until.passed() && self.covers(task_id)
+    }
+
+    /// Work distribution: the units this assignment gives this member (ignoring time; under a
+    /// prepared view only those both the last active table and the new one give it). `None`
+    /// for a member of a plain group.
+    pub fn units(&self) -> Option<&BTreeSet<String>> {
+        self.units.as_deref()
+    }
+
+    /// Work distribution: whether this assignment gives `unit` to this member (ignoring time).
+    pub fn covers_unit(&self, unit: &str) -> bool {
+        self.units.as_ref().is_some_and(|u| u.contains(unit))
+    }
+
+    /// Work distribution: whether this member owns `unit` now (false once `valid_until` has
+    /// passed, on the monotonic or the boot clock).
+    pub fn owns_unit(&self, unit: &str) -> bool {
+        !self.until.passed() && self.covers_unit(unit)
     }
 }
 
@@ -182,6 +204,46 @@ struct Shared {
     view_changes: watch::Sender<Option<View>>,
     history: Mutex<Vec<(Instant, Option<Assignment>)>>,
     frozen_until: Mutex<Option<Instant>>,
+    /// Work distribution: the unit lists this group's views carry (`None`: a plain group).
+    tables: Option<Arc<dyn Tables>>,
+}
+
+/// The key kinds of a group's registers: a plain group's, or a pool's (so a pool and a group
+/// with one name never share a key).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupKinds {
+    pub(crate) members: KeyKind,
+    pub(crate) view: KeyKind,
+    pub(crate) ack: KeyKind,
+    pub(crate) lock: KeyKind,
+    pub(crate) fence: KeyKind,
+}
+
+impl GroupKinds {
+    const GROUP: GroupKinds = GroupKinds {
+        members: KeyKind::Members,
+        view: KeyKind::View,
+        ack: KeyKind::Ack,
+        lock: KeyKind::GroupLock,
+        fence: KeyKind::GroupFence,
+    };
+
+    pub(crate) const POOL: GroupKinds = GroupKinds {
+        members: KeyKind::PoolMembers,
+        view: KeyKind::PoolView,
+        ack: KeyKind::PoolAck,
+        lock: KeyKind::PoolLock,
+        fence: KeyKind::PoolFence,
+    };
+}
+
+/// How a member joins: its registers, its work-distribution side, and a suffix of its member
+/// key (a pool member's weight).
+pub(crate) struct JoinAs {
+    pub(crate) kinds: GroupKinds,
+    pub(crate) what: &'static str,
+    pub(crate) tables: Option<Arc<dyn Tables>>,
+    pub(crate) key_suffix: String,
 }
 
 impl Member {
@@ -200,35 +262,53 @@ impl Member {
         id: &str,
         opts: GroupOptions,
     ) -> Result<Member, Error> {
-        let group = Name::new("group", group)?;
+        let plain = JoinAs {
+            kinds: GroupKinds::GROUP,
+            what: "group",
+            tables: None,
+            key_suffix: String::new(),
+        };
+        Member::join_as(client, group, id, opts, plain)
+    }
+
+    /// Join as a plain group member or as a pool member (`as_`).
+    pub(crate) fn join_as(
+        client: &Client,
+        group: &str,
+        id: &str,
+        opts: GroupOptions,
+        as_: JoinAs,
+    ) -> Result<Member, Error> {
+        let group = Name::new(as_.what, group)?;
         let member = Name::new("member", id)?;
         if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&opts.interval) {
             return Err(Error::InvalidArgument(format!(
-                "group interval {:?} is outside 100ms..=1h",
-                opts.interval
+                "{} interval {:?} is outside 100ms..=1h",
+                as_.what, opts.interval
             )));
         }
-        let election = leader_election(client, &group, &member, opts.interval)?;
+        let kinds = as_.kinds;
+        let election = leader_election(client, &group, &member, opts.interval, kinds)?;
         let (tx, _) = watch::channel(None);
         let (view_changes, _) = watch::channel(None);
         let shared = Arc::new(Shared {
             // TEST ONLY (the unsafe classic design): one key per ID, shared by every process
             // that joins with it.
-            key: member_key(client, &member),
+            key: member_key(client, &member, &as_.key_suffix),
             beat_until: Mutex::new(None),
             beaten: tokio::sync::Notify::new(),
             beats: Mutex::new(Beats::default()),
             duplicates: std::sync::atomic::AtomicUsize::new(0),
             duplicates_reported: Mutex::new(Vec::new()),
             client: client.clone(),
-            members_key: group.key(KeyKind::Members).into(),
+            members_key: group.key(kinds.members).into(),
             register: ViewRegister::new(
                 client,
-                group.key(KeyKind::View).into(),
-                group.key(KeyKind::Members).into(),
+                group.key(kinds.view).into(),
+                group.key(kinds.members).into(),
                 opts.forkable_views,
             ),
-            ack_key: group.key(KeyKind::Ack).into(),
+            ack_key: group.key(kinds.ack).into(),
             id: member.as_str().into(),
             group,
             opts,
@@ -238,6 +318,7 @@ impl Member {
             view_changes,
             history: Mutex::new(Vec::new()),
             frozen_until: Mutex::new(None),
+            tables: as_.tables,
         });
         let stop = CancellationToken::new();
         let task = tokio::spawn(member_loop(shared.clone(), stop.clone()));
@@ -377,6 +458,7 @@ fn leader_election(
     group: &Name,
     member: &Name,
     interval: Duration,
+    kinds: GroupKinds,
 ) -> Result<Election, Error> {
     let candidate = Election::candidate_label(member.as_str())?;
     let lock = Lock::with_kinds(
@@ -384,15 +466,15 @@ fn leader_election(
         group.as_str(),
         interval,
         LockOptions::default().with_holder(&candidate),
-        KeyKind::GroupLock,
-        KeyKind::GroupFence,
+        kinds.lock,
+        kinds.fence,
     )?;
     Ok(Election::on_lock(lock, candidate))
 }
 
-/// This process's member key, `<id>#<64 random bits>`, so two processes with one ID are two
-/// members (TEST ONLY, in the unsafe classic design: the ID itself, shared by them).
-fn member_key(client: &Client, member: &Name) -> Arc<str> {
+/// This process's member key, `<id>#<64 random bits><suffix>`, so two processes with one ID
+/// are two members (TEST ONLY, in the unsafe classic design: the ID itself, shared by them).
+fn member_key(client: &Client, member: &Name, suffix: &str) -> Arc<str> {
     if client.config().server_clock_leases {
         return member.as_str().into();
     }
@@ -400,7 +482,12 @@ fn member_key(client: &Client, member: &Name) -> Arc<str> {
     if getrandom::fill(&mut bytes).is_err() {
         bytes = rand::random();
     }
-    format!("{}#{:016x}", member.as_str(), u64::from_le_bytes(bytes)).into()
+    format!(
+        "{}#{:016x}{suffix}",
+        member.as_str(),
+        u64::from_le_bytes(bytes)
+    )
+    .into()
 }
 
 /// Aborts a background task when dropped (also when the member's own task is aborted).

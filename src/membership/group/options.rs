@@ -22,6 +22,18 @@ impl Drain {
     pub fn gives_up(&self, task_id: u64) -> bool {
         self.from.covers(task_id) && !self.keeps.as_ref().is_some_and(|k| k.covers(task_id))
     }
+
+    /// Work distribution: the units this member gives up (it must stop their work before the
+    /// hook returns), sorted.
+    pub fn units_given_up(&self) -> Vec<String> {
+        self.from
+            .units()
+            .into_iter()
+            .flatten()
+            .filter(|u| !self.keeps.as_ref().is_some_and(|k| k.covers_unit(u)))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Options of a group member.

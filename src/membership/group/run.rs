@@ -90,7 +90,27 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
     });
     let beat_valid = beat_until.is_some_and(|u| !u.passed());
     let ownership = shared.opts.ownership;
-    let assignment = decide::assignment(&view, &shared.key, beat_until, beat_valid, ownership);
+    // A pool member loads the units the view gives it; if it cannot, it owns nothing.
+    let held = match &shared.tables {
+        None => None,
+        Some(tables) => match tables.load(&view, &shared.key).await {
+            Ok(held) => Some(held),
+            Err(e) => {
+                tracing::debug!(pool = %shared.group, member = %shared.key, error = %e, "cannot load this member's units");
+                publish(shared, None);
+                drain_and_ack(shared, progress, &view, &None).await;
+                return;
+            }
+        },
+    };
+    let assignment = decide::assignment(
+        &view,
+        &shared.key,
+        beat_until,
+        beat_valid,
+        ownership,
+        held.as_ref(),
+    );
     drain_and_ack(shared, progress, &view, &assignment).await;
     if assignment
         .as_ref()
