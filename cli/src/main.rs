@@ -65,6 +65,37 @@ enum Command {
     /// The work units of a pool (work distribution).
     #[command(subcommand)]
     Units(UnitsCommand),
+    /// Work distribution: join a pool, or show its table.
+    #[command(subcommand)]
+    Dist(DistCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum DistCommand {
+    /// Join POOL as a member and print one line per change of its own assignment:
+    /// `version=<v> state=<prepare|active> count=<k> units=<u1,u2,...>` (units sorted). Leaves on
+    /// SIGINT/SIGTERM.
+    Watch {
+        /// The pool name.
+        pool: String,
+        /// This member's ID (default: hostname-pid).
+        #[arg(long)]
+        id: Option<String>,
+        /// This member's weight: its share of the units is proportional to it (0: drained).
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        /// Heartbeat interval.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        interval: Duration,
+        /// Restart grace: a member that comes back with the same ID within it keeps its units.
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        grace: Duration,
+    },
+    /// Print POOL's active table, one line per member: `<member>:<unit>,<unit>,...` (sorted).
+    Table {
+        /// The pool name.
+        pool: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -255,6 +286,31 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             command,
         }) => lock_run(&client, &name, ttl, wait, &command).await,
         Command::Units(command) => units(&client, command).await,
+        Command::Dist(DistCommand::Table { pool }) => {
+            let table = redquorum::pool_table(&client, &pool).await?;
+            let mut out = String::new();
+            for (member, units) in &table.members {
+                out.push_str(member);
+                out.push(':');
+                out.push_str(&units.iter().cloned().collect::<Vec<_>>().join(","));
+                out.push('\n');
+            }
+            print!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dist(DistCommand::Watch {
+            pool,
+            id,
+            weight,
+            interval,
+            grace,
+        }) => {
+            let opts = redquorum::PoolOptions::default()
+                .with_interval(interval)
+                .with_weight(weight)
+                .with_restart_grace(grace);
+            dist_watch(&client, &pool, id, opts).await
+        }
         Command::Id(IdCommand::Next { sequence, count }) => {
             let ids = redquorum::IdGenerator::new(&client, &sequence)?
                 .next_ids(count)
@@ -507,6 +563,79 @@ async fn stop_within_lease(
     }
     kill_group(Signal::SIGKILL);
     let _ = child.wait().await;
+}
+
+/// This instance's default member ID: `<hostname>-<pid>`.
+fn default_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Until SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match sigterm.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// `dist watch`: join the pool, print every change of this member's own assignment, leave on
+/// SIGINT/SIGTERM.
+async fn dist_watch(
+    client: &Client,
+    pool: &str,
+    id: Option<String>,
+    opts: redquorum::PoolOptions,
+) -> Result<ExitCode, redquorum::Error> {
+    use redquorum::ViewState;
+    use std::io::Write;
+
+    let id = id.unwrap_or_else(default_id);
+    let member = redquorum::PoolMember::join(client, pool, &id, opts).await?;
+    let mut changes = member.changes();
+    let mut last: Option<String> = None;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        let line = changes.borrow_and_update().as_ref().and_then(|a| {
+            let state = match a.state {
+                ViewState::Prepare => "prepare",
+                ViewState::Active => "active",
+            };
+            let units: Vec<String> = a.units()?.iter().cloned().collect();
+            Some(format!(
+                "version={} state={state} count={} units={}",
+                a.token.get(),
+                units.len(),
+                units.join(",")
+            ))
+        });
+        if let Some(line) = line {
+            if last.as_deref() != Some(line.as_str()) {
+                println!("{line}");
+                let _ = std::io::stdout().flush();
+                last = Some(line);
+            }
+        }
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { break },
+            _ = &mut stop => break,
+        }
+    }
+    member.leave().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `index watch`: join the group, print every adopted view this instance belongs to, leave on

@@ -695,3 +695,116 @@ async fn units_add_remove_and_list_print_the_pool_sorted() {
     assert!(!out.status.success(), "an empty unit is refused");
     assert!(text(&out).1.contains("unit"), "says why: {}", text(&out).1);
 }
+
+/// `dist watch` and `dist table`: two member processes share a pool's units; one is killed
+/// with SIGKILL (no leave) and the survivor gets every unit once the crashed one's lease has
+/// expired; every printed line has the documented form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dist_watch_and_table_share_units_and_a_killed_member_hands_over() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let sites: Vec<String> = (0..9).map(|i| format!("site-{i}")).collect();
+    let mut add = vec!["--nodes", nodes.as_str(), "units", "add", "parsers"];
+    add.extend(sites.iter().map(String::as_str));
+    assert!(redquorum(&add).await.status.success());
+    let spawn = |id: &str, weight: &str| {
+        tokio::process::Command::new(BIN)
+            .args([
+                "--nodes",
+                &nodes,
+                "dist",
+                "watch",
+                "parsers",
+                "--interval",
+                "300ms",
+                "--id",
+                id,
+                "--weight",
+                weight,
+            ])
+            .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CLUSTER")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    // `version=<v> state=<prepare|active> count=<k> units=<u1,u2,...>`, units sorted.
+    let parse = |l: &str| -> Option<(String, Vec<String>)> {
+        let p: Vec<&str> = l.split(' ').collect();
+        if p.len() != 4 || p[0].strip_prefix("version=")?.parse::<u64>().is_err() {
+            return None;
+        }
+        let state = p[1].strip_prefix("state=")?.to_string();
+        let count: usize = p[2].strip_prefix("count=")?.parse().ok()?;
+        let units: Vec<String> = match p[3].strip_prefix("units=")? {
+            "" => Vec::new(),
+            u => u.split(',').map(String::from).collect(),
+        };
+        let mut sorted = units.clone();
+        sorted.sort();
+        (count == units.len() && sorted == units && (state == "active" || state == "prepare"))
+            .then_some((state, units))
+    };
+    let mut a = spawn("a", "2");
+    let mut lines_a = BufReader::new(a.stdout.take().unwrap()).lines();
+    let mut b = spawn("b", "1");
+    let mut lines_b = BufReader::new(b.stdout.take().unwrap()).lines();
+    // Wait for the table: a holds 6 units (weight 2), b holds 3.
+    let table = || async {
+        let out = redquorum(&["--nodes", &nodes, "dist", "table", "parsers"]).await;
+        assert!(out.status.success(), "dist table: {}", text(&out).1);
+        text(&out).0
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut shown = String::new();
+    while tokio::time::Instant::now() < deadline {
+        shown = table().await;
+        let lines: Vec<&str> = shown.lines().collect();
+        if lines.len() == 2
+            && lines[0].starts_with("a:")
+            && lines[0].split(',').count() == 6
+            && lines[1].starts_with("b:")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 2, "two members in the table: {shown:?}");
+    assert_eq!(lines[0].split(',').count(), 6, "a has weight 2: {shown:?}");
+    assert_eq!(lines[1].split(',').count(), 3, "b has weight 1: {shown:?}");
+    // Each process printed lines of the documented form, ending active with its table row.
+    for (name, lines, row) in [("a", &mut lines_a, lines[0]), ("b", &mut lines_b, lines[1])] {
+        let want: Vec<String> = row[2..].split(',').map(String::from).collect();
+        loop {
+            let l = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .expect("a line in time")
+                .expect("stdout")
+                .expect("a line");
+            let (state, units) = parse(&l).unwrap_or_else(|| panic!("{name}: bad line {l:?}"));
+            if state == "active" && units == want {
+                break;
+            }
+        }
+    }
+    // SIGKILL b: no leave; its lease expires and a gets every unit.
+    b.start_kill().unwrap();
+    let _ = b.wait().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let l = tokio::time::timeout_at(deadline, lines_a.next_line())
+            .await
+            .expect("a takes over b's units in time")
+            .expect("stdout")
+            .expect("a line");
+        let (state, units) = parse(&l).unwrap_or_else(|| panic!("a: bad line {l:?}"));
+        if state == "active" && units.len() == 9 {
+            break;
+        }
+    }
+    assert_eq!(table().await, format!("a:{}\n", sites.join(",")));
+    a.start_kill().unwrap();
+}

@@ -88,7 +88,10 @@ pub(crate) fn resolve(fields: &HashMap<String, String>, r: &ListRef) -> Result<R
         let (head, body) = payload.split_once('\n').unwrap_or((payload, ""));
         if head == "s" {
             let units = body.lines().filter(|l| !l.is_empty()).map(str::to_string);
-            break (units.collect::<BTreeSet<_>>(), field_version(field).unwrap_or(0));
+            break (
+                units.collect::<BTreeSet<_>>(),
+                field_version(field).unwrap_or(0),
+            );
         }
         let base = head
             .strip_prefix("d ")
@@ -241,7 +244,10 @@ mod tests {
         let mut fields = HashMap::from([(f.clone(), p.clone())]);
         assert!(resolve(&HashMap::new(), &r).is_err(), "missing");
         fields.insert(f.clone(), format!("{p}\nu3"));
-        assert!(resolve(&fields, &r).is_err(), "payload changed under its name");
+        assert!(
+            resolve(&fields, &r).is_err(),
+            "payload changed under its name"
+        );
         let wrong_count = ListRef {
             count: 3,
             ..r.clone()

@@ -218,6 +218,12 @@ impl PoolMember {
         self.member.id()
     }
 
+    /// Whether this member leads the pool now (it computes and seals the tables). For
+    /// observation only: leadership can end at any moment.
+    pub fn is_leader(&self) -> bool {
+        self.member.is_leader()
+    }
+
     /// This process's member key, `<id>#<nonce>` (with `*<weight>` when the weight is not 1).
     pub fn key(&self) -> &str {
         self.member.key()

@@ -165,7 +165,11 @@ mod tests {
     }
 
     /// What a plan gives each ID, as the next planner (and the members) would resolve it.
-    fn resolved_of(p: &Planned, before: &HashMap<String, Arc<BTreeSet<String>>>, fields: &mut HashMap<String, String>) -> HashMap<String, Arc<BTreeSet<String>>> {
+    fn resolved_of(
+        p: &Planned,
+        before: &HashMap<String, Arc<BTreeSet<String>>>,
+        fields: &mut HashMap<String, String>,
+    ) -> HashMap<String, Arc<BTreeSet<String>>> {
         for w in &p.writes {
             fields.insert(w.field.clone(), w.payload.clone());
         }
@@ -191,11 +195,26 @@ mod tests {
         let mut lists = BTreeMap::new();
         lists.insert(
             "a".to_string(),
-            ListRef { key: Some("a#2".into()), field: "1.x".into(), count: 1, digest: "d".into(), chain: 0, weight: 1 },
+            ListRef {
+                key: Some("a#2".into()),
+                field: "1.x".into(),
+                count: 1,
+                digest: "d".into(),
+                chain: 0,
+                weight: 1,
+            },
         );
         let w = workers(&lists, &set(&["a#1", "a#2", "b#9", "b#3"]));
-        assert_eq!(w.get("a").map(String::as_str), Some("a#2"), "the named key keeps the list");
-        assert_eq!(w.get("b").map(String::as_str), Some("b#3"), "else the smallest key");
+        assert_eq!(
+            w.get("a").map(String::as_str),
+            Some("a#2"),
+            "the named key keeps the list"
+        );
+        assert_eq!(
+            w.get("b").map(String::as_str),
+            Some("b#3"),
+            "else the smallest key"
+        );
     }
 
     #[test]
@@ -215,8 +234,16 @@ mod tests {
         for id in ["a", "b"] {
             assert!(r2[id].is_subset(&r1[id]), "{id} only gives units up");
         }
-        let written: usize = p2.writes.iter().map(|w| w.payload.lines().count() - 1).sum();
-        assert_eq!(written, 33 * 2, "deltas of the moved units and the newcomer's snapshot");
+        let written: usize = p2
+            .writes
+            .iter()
+            .map(|w| w.payload.lines().count() - 1)
+            .sum();
+        assert_eq!(
+            written,
+            33 * 2,
+            "deltas of the moved units and the newcomer's snapshot"
+        );
     }
 
     #[test]
@@ -230,7 +257,10 @@ mod tests {
         // b's process is gone; within its grace its units stay parked under b, worked by nobody.
         let p2 = run(&p1.lists, &r1, &["a#1"], &["b"], &all, 20);
         assert_eq!(p2.lists["b"].key, None);
-        assert_eq!(p2.lists["b"].field, p1.lists["b"].field, "nothing rewritten");
+        assert_eq!(
+            p2.lists["b"].field, p1.lists["b"].field,
+            "nothing rewritten"
+        );
         assert!(p2.writes.is_empty());
         // b comes back as a new process with the same ID: it gets exactly its units again.
         let r2 = resolved_of(&p2, &r1, &mut fields);

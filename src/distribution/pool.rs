@@ -40,10 +40,13 @@ struct Fingerprint {
     units: u64,
 }
 
+/// A resolved list: its units and the version of its chain's snapshot.
+type Known = (Arc<BTreeSet<String>>, u64);
+
 #[derive(Default)]
 struct LeaderCache {
-    /// (ID, field) -> the list's units and the version of its chain's snapshot.
-    lists: HashMap<(String, String), (Arc<BTreeSet<String>>, u64)>,
+    /// (ID, field) -> the list, resolved.
+    lists: HashMap<(String, String), Known>,
     units: Option<UnitsSeen>,
     /// IDs whose process is gone, since when (on this leader's clock).
     away: HashMap<String, Instant>,
@@ -86,7 +89,10 @@ impl PoolTables {
         let stamp_key = self.stamp_key.clone();
         let read = Step::read(vec![get(&stamp_key)], |ctx, v| {
             let stamp: Option<u64> = redis::from_redis_value(v)?;
-            Ok(NodeOutcome::Applied((ctx.marker.clone(), stamp.unwrap_or(0))))
+            Ok(NodeOutcome::Applied((
+                ctx.marker.clone(),
+                stamp.unwrap_or(0),
+            )))
         });
         let tally = self
             .client
@@ -362,7 +368,10 @@ impl PoolTables {
     async fn load_inner(&self, view: &View, key: &str) -> Result<Held, Error> {
         let current = view.list_of(key);
         let previous = match view.state {
-            ViewState::Prepare => view.previous_view().list_of(key).map(|(i, r)| (i.to_string(), r.clone())),
+            ViewState::Prepare => view
+                .previous_view()
+                .list_of(key)
+                .map(|(i, r)| (i.to_string(), r.clone())),
             ViewState::Active => None,
         };
         let wanted: Vec<ListRef> = current

@@ -135,7 +135,9 @@ fn entry(version: u64, added: bool) -> Result<u64, Error> {
 
 /// The units present after merging the nodes' registers: per unit the highest entry, present
 /// when it is odd. An entry that does not parse is ignored (the script refuses to raise it).
-pub(crate) fn merge<'a>(nodes: impl Iterator<Item = &'a BTreeMap<String, String>>) -> BTreeSet<String> {
+pub(crate) fn merge<'a>(
+    nodes: impl Iterator<Item = &'a BTreeMap<String, String>>,
+) -> BTreeSet<String> {
     let mut best: BTreeMap<&str, u64> = BTreeMap::new();
     for node in nodes {
         for (unit, e) in node {
@@ -207,11 +209,18 @@ mod tests {
 
     #[test]
     fn a_write_is_a_marker_guarded_script_with_its_entries() {
-        let step = write_step("rq:units:p", "rq:ustamp:p", &[("a".into(), 3), ("b".into(), 4)]);
+        let step = write_step(
+            "rq:units:p",
+            "rq:ustamp:p",
+            &[("a".into(), 3), ("b".into(), 4)],
+        );
         assert!(step.is_guarded());
         let args = step.args_for_tests("r/c");
         assert_eq!(args[0], "r/c");
-        assert!(args[1].parse::<u64>().is_ok_and(|s| s < 1 << 40), "stamp start");
+        assert!(
+            args[1].parse::<u64>().is_ok_and(|s| s < 1 << 40),
+            "stamp start"
+        );
         assert_eq!(args[2..], ["a", "3", "b", "4"]);
     }
 }

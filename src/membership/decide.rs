@@ -179,13 +179,29 @@ mod tests {
     fn a_membership_change_prepares_a_view_that_drains_the_old_members() {
         let v = active(&["a#1", "b#1"], 1);
         let none = set(&[]);
-        let next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, true, None)
-            .expect("a new view");
+        let next = leader_decision(
+            &v,
+            &set(&["a#1", "b#1", "c#1"]),
+            &none,
+            &none,
+            1,
+            true,
+            None,
+        )
+        .expect("a new view");
         assert_eq!(next.state, ViewState::Prepare);
         assert!(next.version > v.version);
         assert!(next.draining.contains("a#1") && next.draining.contains("b#1"));
-        let unsafe_next = leader_decision(&v, &set(&["a#1", "b#1", "c#1"]), &none, &none, 1, false, None)
-            .expect("a new view");
+        let unsafe_next = leader_decision(
+            &v,
+            &set(&["a#1", "b#1", "c#1"]),
+            &none,
+            &none,
+            1,
+            false,
+            None,
+        )
+        .expect("a new view");
         assert_eq!(
             unsafe_next.state,
             ViewState::Active,
@@ -204,8 +220,16 @@ mod tests {
             None,
             "b has neither acknowledged nor gone"
         );
-        let activated = leader_decision(&prepared, &live, &none, &set(&["a#1", "b#1"]), 1, true, None)
-            .expect("activated");
+        let activated = leader_decision(
+            &prepared,
+            &live,
+            &none,
+            &set(&["a#1", "b#1"]),
+            1,
+            true,
+            None,
+        )
+        .expect("activated");
         assert_eq!(activated.state, ViewState::Active);
         let b_gone = leader_decision(
             &prepared,
@@ -222,8 +246,8 @@ mod tests {
             ViewState::Active,
             "a gone member needs no ack"
         );
-        let changed_again =
-            leader_decision(&prepared, &set(&["a#1"]), &none, &none, 1, true, None).expect("re-prepared");
+        let changed_again = leader_decision(&prepared, &set(&["a#1"]), &none, &none, 1, true, None)
+            .expect("re-prepared");
         assert_eq!(changed_again.state, ViewState::Prepare);
         assert!(changed_again.version > prepared.version);
     }
@@ -254,7 +278,10 @@ mod tests {
         let next = leader_decision(&v, &live, &none, &none, 1, true, Some(&moved)).expect("new");
         assert_eq!(next.state, ViewState::Prepare);
         assert_eq!(next.lists, moved);
-        assert_eq!(next.previous_lists, lists, "the last active view's lists drain");
+        assert_eq!(
+            next.previous_lists, lists,
+            "the last active view's lists drain"
+        );
         let active = next.activated(1);
         assert_eq!(active.lists, moved);
         assert!(active.previous_lists.is_empty());
@@ -304,7 +331,8 @@ mod tests {
         let prepared = v.next(&set(&["a#1", "c#1"]), 1);
         let (a, c): (Arc<str>, Arc<str>) = ("a#1".into(), "c#1".into());
         let until = Some(Stamp::now());
-        let held = assignment(&prepared, &a, until, true, Ownership::Modulo, None).expect("draining");
+        let held =
+            assignment(&prepared, &a, until, true, Ownership::Modulo, None).expect("draining");
         assert_eq!(held.state, ViewState::Prepare);
         assert!(
             assignment(&prepared, &c, until, true, Ownership::Modulo, None).is_none(),

@@ -370,6 +370,12 @@ impl Member {
         &self.shared.id
     }
 
+    /// Whether this member holds the group's leader lease now (it seals the views). For
+    /// observation only: leadership can end at any moment.
+    pub fn is_leader(&self) -> bool {
+        leader::leader_term(&self.shared).is_some()
+    }
+
     /// This process's member key, `<id>#<nonce>`: how views, beats and acknowledgements name
     /// it ([`View::index_of`] takes it). Two processes that join with one ID get two keys.
     pub fn key(&self) -> &str {
