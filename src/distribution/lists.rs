@@ -22,6 +22,10 @@ use crate::membership::ListRef;
 /// Deltas may hold at least this many units before a snapshot is written.
 const MIN_CHAIN: u64 = 64;
 
+/// Deltas never hold more than this many units (so never more fields than this) before a
+/// snapshot is written, however large the list: a chain always resolves.
+const MAX_CHAIN: u64 = 4096;
+
 /// Longest chain of deltas a reader follows (a corrupted hash could otherwise loop).
 const MAX_CHAIN_FIELDS: usize = 100_000;
 
@@ -152,7 +156,8 @@ pub(crate) fn next_list(
         let added: Vec<&String> = new.difference(units).collect();
         let removed: Vec<&String> = units.difference(new).collect();
         let chain = r.chain + (added.len() + removed.len()) as u64;
-        (chain <= count.max(MIN_CHAIN)).then(|| (delta(&r.field, &added, &removed), chain))
+        (chain <= count.clamp(MIN_CHAIN, MAX_CHAIN))
+            .then(|| (delta(&r.field, &added, &removed), chain))
     });
     let (payload, chain) = as_delta.unwrap_or_else(|| (snapshot(new), 0));
     let field = field_name(version, &payload);

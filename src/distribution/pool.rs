@@ -225,7 +225,9 @@ impl PoolTables {
         let workers = plan::workers(&view.lists, live);
         let now = Instant::now();
         let mut cache = self.cache();
-        cache.away.retain(|id, _| !workers.contains_key(id));
+        cache
+            .away
+            .retain(|id, _| !workers.contains_key(id) && view.lists.contains_key(id));
         view.lists
             .keys()
             .filter(|id| !workers.contains_key(*id))

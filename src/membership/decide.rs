@@ -78,8 +78,8 @@ pub(super) fn same_assignment(a: Option<&Assignment>, b: Option<&Assignment>) ->
 /// What the leader seals next from the view it adopted, the live and gone members it judged,
 /// (for a prepared view) the acknowledgements, and (for a pool) the unit lists its planner
 /// proposes: `None` when nothing changes. A prepared view is activated once every member of
-/// the last active view acknowledged it or is gone; a change of membership or of the lists
-/// while draining prepares the next view. Without the barrier (a test-only switch) a prepared
+/// the last active view acknowledged it or is gone; a membership change while draining
+/// prepares the next view (new lists alone wait for the activation). Without the barrier (a test-only switch) a prepared
 /// view is activated at once.
 pub(super) fn leader_decision(
     view: &View,
@@ -91,7 +91,8 @@ pub(super) fn leader_decision(
     lists: Option<&BTreeMap<String, ListRef>>,
 ) -> Option<View> {
     let members: BTreeSet<String> = view.members.keys().cloned().collect();
-    let same = *live == members && lists.is_none_or(|l| *l == view.lists);
+    let same_members = *live == members;
+    let same = same_members && lists.is_none_or(|l| *l == view.lists);
     let next = || {
         let next = view.next(live, term);
         match lists {
@@ -103,7 +104,9 @@ pub(super) fn leader_decision(
         ViewState::Prepare if assign::transition_ready(view, acks, gone) => {
             Some(view.activated(term))
         }
-        ViewState::Prepare if !same => Some(next()),
+        // While a view drains, only a membership change re-prepares: new lists alone wait for
+        // the activation, so a stream of unit changes cannot starve the barrier.
+        ViewState::Prepare if !same_members => Some(next()),
         ViewState::Prepare => None,
         ViewState::Active if same => None,
         ViewState::Active if barrier => Some(next()),
@@ -281,6 +284,12 @@ mod tests {
         assert_eq!(
             next.previous_lists, lists,
             "the last active view's lists drain"
+        );
+        let other: BTreeMap<String, ListRef> = [("a".to_string(), list("a#1", "7.z"))].into();
+        assert_eq!(
+            leader_decision(&next, &live, &none, &none, 1, true, Some(&other)),
+            None,
+            "while draining, new lists alone wait for the activation"
         );
         let active = next.activated(1);
         assert_eq!(active.lists, moved);

@@ -184,8 +184,9 @@ pub(super) async fn leader_step(
         Some(tables) => match tables.plan(&view, &live).await {
             Ok(p) => p,
             Err(e) => {
-                tracing::debug!(pool = %shared.group, error = %e, "leader: cannot plan the table");
-                return Err(view);
+                // The view's lists stand; activation and membership changes still go on.
+                tracing::warn!(pool = %shared.group, error = %e, "leader: cannot plan the table");
+                None
             }
         },
     };
