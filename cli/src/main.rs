@@ -649,12 +649,7 @@ async fn index_watch(
     use redquorum::{GroupOptions, Member, ViewState};
     use std::io::Write;
 
-    let id = id.unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "host".into());
-        format!("{host}-{}", std::process::id())
-    });
+    let id = id.unwrap_or_else(default_id);
     let member = Member::join(
         client,
         group,
@@ -664,8 +659,8 @@ async fn index_watch(
     .await?;
     let mut views = member.views();
     let mut last: Option<String> = None;
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
     loop {
         let line = views.borrow_and_update().as_ref().and_then(|v| {
             let index = v.index_of(member.key())?;
@@ -686,18 +681,9 @@ async fn index_watch(
                 last = Some(line);
             }
         }
-        let term = async {
-            match sigterm.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term => break,
+            _ = &mut stop => break,
         }
     }
     member.leave().await;

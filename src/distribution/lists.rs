@@ -141,8 +141,7 @@ pub(crate) fn next_list(
     if new.is_empty() {
         return None;
     }
-    if let Some((r, units)) = old.filter(|(_, u)| *u == new) {
-        let _ = units;
+    if let Some((r, _)) = old.filter(|(_, u)| *u == new) {
         let same = ListRef {
             key,
             weight,
