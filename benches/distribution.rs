@@ -3,8 +3,9 @@
 //! turn takes the unit nearest to its hash, which then leaves the ring) and against rendezvous
 //! hashing with bounded loads (capacity 1.05x the mean), on the same inputs: the busiest
 //! member against the mean, units moved by a join, a leave, one unit added, one removed (and
-//! the minimum the balance needs), weighted members, and computation time. Pure computation:
-//! no Redis.
+//! the minimum the balance needs), weighted members, and computation time (pure computation).
+//! Then, on three local `redis-server` nodes: the time from a member's crash (or the leader's)
+//! to an active table without it, in heartbeat intervals.
 //!
 //! Run: `scripts/bench.sh distribution` (or `cargo bench --bench distribution`; `-- --quick`
 //! skips the 100,000 x 1,000 case).
@@ -15,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use redquorum::{distribution_table, MemberWeight, TableInputs, UnitTable};
+use redquorum::{Client, Config, PoolMember, PoolOptions, Units, ViewState};
+use redquorum_testkit::LocalNodes;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 type Assign = fn(Option<&UnitTable>, &[MemberWeight], &BTreeSet<String>) -> UnitTable;
@@ -204,4 +207,115 @@ fn main() {
             max_over_share(&t, &w, n_units)
         );
     }
+    real_nodes(quick);
+}
+
+/// Wait until every member is active under one version and together they hold `units` units
+/// (sizes only); how long it took.
+async fn settled(members: &[PoolMember], units: usize, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let a: Vec<_> = members.iter().map(|m| m.assignment()).collect();
+        let versions: BTreeSet<_> = a.iter().map(|x| x.as_ref().map(|x| x.version)).collect();
+        let held: Option<usize> = a
+            .iter()
+            .map(|x| {
+                let x = x.as_ref().filter(|x| x.state == ViewState::Active)?;
+                Some(x.units()?.len())
+            })
+            .sum();
+        if versions.len() == 1 && held == Some(units) {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// Crash-to-active on real nodes: `n_units` units, `n_members` members, `rounds` crashes of a
+/// member that does not lead and as many of the leader (a replacement joins after each).
+async fn crash_to_active(n_units: usize, n_members: usize, rounds: usize) {
+    let interval = Duration::from_millis(500);
+    let nodes = LocalNodes::start(3);
+    let urls = nodes.urls();
+    let client = || async {
+        Client::connect(Config::from_urls(&urls).unwrap())
+            .await
+            .unwrap()
+    };
+    let units = Units::new(&client().await, "bench").unwrap();
+    let all: Vec<String> = (0..n_units).map(|i| format!("unit-{i:06}")).collect();
+    units.add(&all).await.unwrap();
+    let opts = PoolOptions::default().with_interval(interval);
+    let join = |i: usize| {
+        let c = client();
+        let opts = opts.clone();
+        async move {
+            PoolMember::join(&c.await, "bench", &format!("m{i}"), opts)
+                .await
+                .unwrap()
+        }
+    };
+    let mut members = Vec::new();
+    let mut next_id = 0;
+    for _ in 0..n_members {
+        members.push(join(next_id).await);
+        next_id += 1;
+    }
+    let limit = Duration::from_secs(60);
+    settled(&members, n_units, limit)
+        .await
+        .expect("initial table");
+    let (mut member_t, mut leader_t) = (Vec::new(), Vec::new());
+    for round in 0..rounds * 2 {
+        let leader = round % 2 == 1;
+        let victim = members
+            .iter()
+            .position(|m| m.is_leader() == leader)
+            .expect("a victim");
+        let crashed = members.remove(victim);
+        let t0 = Instant::now();
+        crashed.crash_for_tests();
+        let t = settled(&members, n_units, limit)
+            .await
+            .expect("a table without it");
+        let intervals = t0.elapsed().max(t).as_secs_f64() / interval.as_secs_f64();
+        if leader {
+            leader_t.push(intervals)
+        } else {
+            member_t.push(intervals)
+        }
+        members.push(join(next_id).await);
+        next_id += 1;
+        settled(&members, n_units, limit)
+            .await
+            .expect("a table with the replacement");
+    }
+    let fmt = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!("median {:.2}, max {:.2}", v[v.len() / 2], v[v.len() - 1])
+    };
+    println!(
+        "{n_units} x {n_members} | member crash: {} intervals | leader crash: {} intervals ({rounds} each)",
+        fmt(&mut member_t),
+        fmt(&mut leader_t)
+    );
+    for m in members {
+        m.leave().await;
+    }
+}
+
+fn real_nodes(quick: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("\ntime from a crash to an active table without the crashed member (interval 500 ms, 3 local nodes)");
+    println!("units x members | member crash | leader crash");
+    rt.block_on(async {
+        crash_to_active(1_000, 10, if quick { 3 } else { 10 }).await;
+        if !quick {
+            crash_to_active(100_000, 10, 5).await;
+        }
+    });
 }

@@ -54,6 +54,9 @@ pub(crate) enum KeyKind {
     /// write on that node): tells a pool leader whether it must read the units again. Not
     /// copied by repair (a restarted count is just a re-read).
     UnitStamp,
+    /// A pool's collection floor: unit-register entries below it are refused (removals below
+    /// it may have been collected).
+    UnitFloor,
     /// A pool's beats (as [`KeyKind::Members`], for the pool's members).
     PoolMembers,
     /// A pool's agreed view (as [`KeyKind::View`], with unit-list references).
@@ -88,6 +91,7 @@ impl KeyKind {
             KeyKind::Units => "units",
             KeyKind::UnitVersion => "uver",
             KeyKind::UnitStamp => "ustamp",
+            KeyKind::UnitFloor => "ufloor",
             KeyKind::PoolMembers => "pmembers",
             KeyKind::PoolView => "pview",
             KeyKind::PoolAck => "pack",

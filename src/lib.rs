@@ -74,8 +74,8 @@ pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
 pub use distribution::{
-    distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolTable, TableInputs,
-    UnitTable, Units, MAX_WEIGHT,
+    distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolSettings, PoolTable,
+    TableInputs, UnitTable, Units, MAX_WEIGHT,
 };
 pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};

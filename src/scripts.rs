@@ -146,6 +146,14 @@ pub(crate) static UNITS: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
+/// A pool's unit register: collect removals (raise the floor, then delete).
+pub(crate) static UNITS_GC: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/units_gc.lua")
+    ))
+});
+
 /// The last step of a repair: descriptor and marker, while the repairer's claim holds.
 pub(crate) static MARK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(

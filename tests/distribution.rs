@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,10 +24,12 @@ use tokio::time::Instant;
 const INTERVAL: Duration = Duration::from_millis(500);
 const I3_BOUND: Duration = Duration::from_millis(1500);
 /// A crash is seen after the member's lease (1.25 intervals) plus drift, unchanged on a
-/// majority of the nodes the leader read. Right after a Redis node restarted, that node's watch
-/// is young and it often makes the leader's first majority, which delays the judgement by up
-/// to a lease (measured up to 7 intervals under load): asserted at 10 intervals, the figure printed.
-const CRASH_BOUND: Duration = Duration::from_millis(5000);
+/// majority of the nodes the leader read (every node that answers about as fast as the first
+/// majority, so a restarted node's young watch does not hold the judgement up); prepare,
+/// acknowledgement and activation add a few ticks. Measured 1.0-2.1 intervals alone and up to
+/// 3.1 with another real-node test running on the same two cores: asserted at 2 intervals with
+/// 2 of slack, the figure printed.
+const CRASH_BOUND: Duration = Duration::from_millis(2000);
 const POOL: &str = "sites";
 
 type History = Vec<(Instant, Option<Assignment>)>;
@@ -102,6 +104,7 @@ async fn until_settled(
                 return start.elapsed();
             }
         }
+        tracing::debug!(?versions, all_active, owned = owners(members).len(), per_member = ?members.iter().map(|m| (m.id().to_string(), m.units().len())).collect::<Vec<_>>(), "test: not settled yet");
         assert!(
             start.elapsed() < limit,
             "not settled after {}: versions {versions:?}, {} units owned of {}",
@@ -267,6 +270,59 @@ async fn scenario(barrier: bool) -> Run {
         );
     }
 
+    // An operator pins two units to m0 and drains m2: m2 stays a member (an active
+    // assignment with no unit) and its units move through the barrier; then the drain ends.
+    let pinned = [site(10), site(11)];
+    for u in &pinned {
+        units.pin(u, "m0").await.expect("pinned");
+    }
+    units.drain("m2", true).await.expect("drained");
+    let t0 = Instant::now();
+    until_settled(
+        &members.iter().collect::<Vec<_>>(),
+        &expected,
+        INTERVAL * 12,
+    )
+    .await;
+    let limit = Instant::now() + INTERVAL * 12;
+    while !(members[2].units().is_empty() && pinned.iter().all(|u| members[0].owns(u))) {
+        assert!(
+            Instant::now() < limit,
+            "m2 still holds {:?} after its drain, or m0 lacks its pins",
+            members[2].units()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    until_settled(
+        &members.iter().collect::<Vec<_>>(),
+        &expected,
+        INTERVAL * 12,
+    )
+    .await;
+    notes.push(format!("drain active after {}", ms(t0.elapsed())));
+    assert!(
+        members[2]
+            .assignment()
+            .is_some_and(|a| a.state == redquorum::ViewState::Active),
+        "a drained member stays a member"
+    );
+    units.drain("m2", false).await.expect("drain ended");
+    units.unpin(&pinned).await.expect("unpinned");
+    let limit = Instant::now() + INTERVAL * 12;
+    while members[2].units().is_empty() {
+        assert!(
+            Instant::now() < limit,
+            "m2 never got units back after its drain ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    until_settled(
+        &members.iter().collect::<Vec<_>>(),
+        &expected,
+        INTERVAL * 12,
+    )
+    .await;
+
     // A graceful leave, then the failed node comes back.
     let t0 = Instant::now();
     let leaving = members.remove(1);
@@ -292,6 +348,7 @@ async fn scenario(barrier: bool) -> Run {
     let crashed = members.remove(victim);
     weights.remove(victim);
     let crashed_history = (crashed.id().to_string(), crashed.history_for_tests());
+    tracing::info!(member = crashed.id(), "test: crashing a member");
     crashed.crash_for_tests();
     until_settled(
         &members.iter().collect::<Vec<_>>(),
@@ -308,7 +365,7 @@ async fn scenario(barrier: bool) -> Run {
     if barrier {
         assert!(
             crash_t <= CRASH_BOUND,
-            "after a crash the new table must be active within 10 intervals: {}",
+            "after a crash the new table must be active within 2 intervals (+2 slack): {}",
             ms(crash_t)
         );
     }
@@ -342,7 +399,7 @@ async fn scenario(barrier: bool) -> Run {
     if barrier {
         assert!(
             leader_t <= CRASH_BOUND,
-            "after the leader's crash the new table must be active within 10 intervals: {}",
+            "after the leader's crash the new table must be active within 2 intervals (+2 slack): {}",
             ms(leader_t)
         );
     }
@@ -424,4 +481,163 @@ async fn without_the_hand_over_barrier_the_checker_finds_a_double_owner() {
         .verdict
         .expect_err("without the barrier a moved unit must have two owners at some instant");
     println!("as expected without the barrier: {e}");
+}
+
+/// One consistent snapshot of a pool: every member active under one version, every unit owned
+/// exactly once. Member ID -> its units.
+type Snapshot = BTreeMap<String, Arc<BTreeSet<String>>>;
+
+/// Wait (up to `limit`) for a snapshot in which the members together own exactly `units`,
+/// each exactly once, all active under one version; returns it and how long it took.
+async fn snapshot(
+    members: &[PoolMember],
+    units: &BTreeSet<String>,
+    limit: Duration,
+) -> (Snapshot, Duration) {
+    let start = Instant::now();
+    loop {
+        let a: Vec<Option<Assignment>> = members.iter().map(|m| m.assignment()).collect();
+        let versions: BTreeSet<_> = a.iter().map(|x| x.as_ref().map(|x| x.version)).collect();
+        // Cheap checks first (sizes); the sets are copied only for a candidate snapshot.
+        let sizes: Option<usize> = a
+            .iter()
+            .map(|x| {
+                let x = x
+                    .as_ref()
+                    .filter(|x| x.state == redquorum::ViewState::Active)?;
+                Some(x.units()?.len())
+            })
+            .sum();
+        let held: Option<Snapshot> = (versions.len() == 1 && sizes == Some(units.len()))
+            .then(|| {
+                members
+                    .iter()
+                    .zip(&a)
+                    .map(|(m, x)| {
+                        let units = x.as_ref()?.units()?.clone();
+                        Some((m.id().to_string(), Arc::new(units)))
+                    })
+                    .collect::<Option<Snapshot>>()
+            })
+            .flatten();
+        if let (1, Some(held)) = (versions.len(), held) {
+            let total: usize = held.values().map(|u| u.len()).sum();
+            if total == units.len() {
+                let union: BTreeSet<&String> = held.values().flat_map(|u| u.iter()).collect();
+                if union.len() == units.len() && union.into_iter().eq(units.iter()) {
+                    return (held, start.elapsed());
+                }
+            }
+        }
+        assert!(
+            start.elapsed() < limit,
+            "a pool of {} units did not settle in {}: versions {versions:?}",
+            units.len(),
+            ms(limit)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Each member's load within one unit of its weighted share, in a snapshot.
+fn assert_snapshot_balanced(snap: &Snapshot, weights: &BTreeMap<&str, u32>) {
+    let units: usize = snap.values().map(|u| u.len()).sum();
+    let total: u32 = weights.values().sum();
+    for (id, held) in snap {
+        let w = weights[id.as_str()];
+        let share = units as f64 * f64::from(w) / f64::from(total);
+        assert!(
+            (held.len() as f64 - share).abs() < 1.0 + 1e-9,
+            "member {id} (weight {w}) holds {} units, its share is {share:.2}",
+            held.len()
+        );
+    }
+}
+
+/// Units that changed owner between two snapshots (units in both).
+fn moved_between(before: &Snapshot, after: &Snapshot) -> usize {
+    let owner: HashMap<&String, &String> = before
+        .iter()
+        .flat_map(|(id, us)| us.iter().map(move |u| (u, id)))
+        .collect();
+    after
+        .iter()
+        .flat_map(|(id, us)| us.iter().map(move |u| (u, id)))
+        .filter(|(u, id)| owner.get(u).is_some_and(|b| b != id))
+        .count()
+}
+
+/// A pool of 100,000 units on real nodes: four members (weights 2,1,1,1) share it by weight, a
+/// fifth joins and takes exactly its share from the others, one unit removed and one added
+/// move no other unit. Timings are printed (in the unoptimised test build).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_100000_units_is_shared_by_weight_and_changes_move_only_what_they_must() {
+    init_tracing();
+    const UNITS: usize = 100_000;
+    const LIMIT: Duration = Duration::from_secs(90);
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let pool = "big";
+    let units = Units::new(&client(&urls).await, pool).expect("pool name");
+    let unit = |i: usize| format!("unit-{i:06}");
+    let mut expected: BTreeSet<String> = (0..UNITS).map(unit).collect();
+    let t0 = Instant::now();
+    units
+        .add(&expected.iter().cloned().collect::<Vec<_>>())
+        .await
+        .expect("units added");
+    let added = t0.elapsed();
+    let mut weights: BTreeMap<&str, u32> = [("m0", 2), ("m1", 1), ("m2", 1), ("m3", 1)].into();
+    let mut members = Vec::new();
+    for (id, w) in &weights {
+        let opts = PoolOptions::default()
+            .with_interval(Duration::from_secs(1))
+            .with_weight(*w);
+        members.push(
+            PoolMember::join(&client(&urls).await, pool, id, opts)
+                .await
+                .expect("join"),
+        );
+    }
+    let (before, first) = snapshot(&members, &expected, LIMIT).await;
+    assert_snapshot_balanced(&before, &weights);
+
+    let opts = PoolOptions::default().with_interval(Duration::from_secs(1));
+    members.push(
+        PoolMember::join(&client(&urls).await, pool, "m4", opts)
+            .await
+            .expect("join"),
+    );
+    weights.insert("m4", 1);
+    let (after, join_t) = snapshot(&members, &expected, LIMIT).await;
+    assert_snapshot_balanced(&after, &weights);
+    let newcomer = after["m4"].len();
+    let join_moved = moved_between(&before, &after);
+    assert!(
+        join_moved <= newcomer + 1,
+        "a join moves the newcomer's share: {join_moved} moved, it holds {newcomer}"
+    );
+
+    units.remove(&[unit(7)]).await.expect("removed");
+    units.add(&["unit-new".to_string()]).await.expect("added");
+    expected.remove(&unit(7));
+    expected.insert("unit-new".to_string());
+    let (changed, change_t) = snapshot(&members, &expected, LIMIT).await;
+    let others = moved_between(&after, &changed);
+    assert!(
+        others <= 2,
+        "one unit removed and one added moved {others} other units"
+    );
+    println!(
+        "100,000 units (test build): added in {}, 4 members active after {}, a join after {} \
+         ({join_moved} units moved, minimum {newcomer}), one unit removed and one added after {} \
+         ({others} other units moved)",
+        ms(added),
+        ms(first),
+        ms(join_t),
+        ms(change_t),
+    );
+    for m in members {
+        m.leave().await;
+    }
 }

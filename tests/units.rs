@@ -141,3 +141,91 @@ async fn without_the_amnesia_protection_a_wiped_node_brings_removed_units_back()
         "the wiped node's empty answer must let node 0's stale adds through"
     );
 }
+
+/// Collect removals, then replay an old add of a collected unit on one node, as a write
+/// delayed in the network would land. Returns (collected, whether the unit came back).
+async fn replayed_add_after_collection(floor: bool) -> (usize, bool) {
+    let cluster = Cluster::start(3).await;
+    let units = Units::new(&client(&cluster.urls()).await, "gc").expect("pool");
+    let names: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
+    units.add(&names).await.expect("added");
+    units.remove(&names[..10]).await.expect("removed");
+    let collected = if floor {
+        units.collect_removed().await
+    } else {
+        units.collect_removed_without_floor_for_tests().await
+    }
+    .expect("collected");
+    let listed = units.list().await.expect("listed");
+    let kept: BTreeSet<String> = names[10..].iter().cloned().collect();
+    assert_eq!(listed, kept, "collection changed what is listed");
+    // The add of u00 at the pool's first version, delayed until after its removal was
+    // collected, lands on node 0.
+    let applied = units
+        .replay_add_for_tests("u00", 1, 0)
+        .await
+        .expect("replayed");
+    let back = units.list().await.expect("listed").contains("u00");
+    assert_eq!(applied, back, "the replay's effect and the listing agree");
+    (collected, back)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collected_removals_stay_removed_when_an_old_write_lands_late() {
+    init_tracing();
+    let (collected, back) = replayed_add_after_collection(true).await;
+    assert_eq!(
+        collected, 10,
+        "every removal held on all nodes is collected"
+    );
+    assert!(
+        !back,
+        "a delayed add below the collection floor brought a removed unit back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_floor_a_late_old_write_brings_a_collected_unit_back() {
+    init_tracing();
+    let (collected, back) = replayed_add_after_collection(false).await;
+    assert_eq!(collected, 10);
+    assert!(
+        back,
+        "without the floor the delayed add must resurrect the unit (the checker has teeth)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_with_a_node_down_collects_nothing_and_changes_nothing() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let units = Units::new(&client(&cluster.urls()).await, "gc").expect("pool");
+    let names: Vec<String> = (0..4).map(|i| format!("u{i}")).collect();
+    units.add(&names).await.expect("added");
+    units.remove(&names[..2]).await.expect("removed");
+    cluster.node(2).kill().await;
+    assert_eq!(units.collect_removed().await.expect("read"), 0);
+    cluster.node(2).restart().await;
+    let want: BTreeSet<String> = names[2..].iter().cloned().collect();
+    assert_eq!(units.list().await.expect("listed"), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_all_leaves_exactly_the_new_units() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let units = Units::new(&client(&cluster.urls()).await, "rp").expect("pool");
+    let set = |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
+    units.add(&set(&["a", "b", "c"])).await.expect("added");
+    units
+        .replace_all(&set(&["b", "c", "d", "e"]))
+        .await
+        .expect("replaced");
+    let want: BTreeSet<String> = set(&["b", "c", "d", "e"]).into_iter().collect();
+    assert_eq!(units.list().await.expect("listed"), want);
+    units.replace_all(&[]).await.expect("emptied");
+    assert!(
+        units.list().await.expect("listed").is_empty(),
+        "replace by nothing empties the pool"
+    );
+}

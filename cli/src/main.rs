@@ -96,6 +96,17 @@ enum DistCommand {
         /// The pool name.
         pool: String,
     },
+    /// Drain the member ID of POOL: it stays a member (and keeps its pins) but hands its other
+    /// units over, through the barrier. `--undo` ends the drain.
+    Drain {
+        /// The pool name.
+        pool: String,
+        /// The member ID.
+        id: String,
+        /// End the drain instead.
+        #[arg(long)]
+        undo: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -118,8 +129,48 @@ enum UnitsCommand {
         #[arg(required = true)]
         units: Vec<String>,
     },
+    /// Replace POOL's units by the UNITs given (or one per line of --from-file, `-` for stdin):
+    /// missing ones are added first, then the others removed.
+    Replace {
+        /// The pool name.
+        pool: String,
+        /// The units.
+        units: Vec<String>,
+        /// A file with one unit per line (`-`: stdin); empty lines are skipped.
+        #[arg(long)]
+        from_file: Option<String>,
+    },
     /// Print the units of POOL, one per line, sorted.
     List {
+        /// The pool name.
+        pool: String,
+    },
+    /// Pin UNIT of POOL to the member ID: every later table gives it to that member while it
+    /// is present (drained or not).
+    Pin {
+        /// The pool name.
+        pool: String,
+        /// The unit.
+        unit: String,
+        /// The member ID it is pinned to.
+        id: String,
+    },
+    /// Unpin units of POOL: they are shared by weight again.
+    Unpin {
+        /// The pool name.
+        pool: String,
+        /// The units.
+        #[arg(required = true)]
+        units: Vec<String>,
+    },
+    /// Collect POOL's removed units (tombstones) held alike on every node; prints
+    /// `collected <n>`. Needs every node up; a pool's leader also does it every 10 minutes.
+    Gc {
+        /// The pool name.
+        pool: String,
+    },
+    /// Print POOL's pins (`pin <unit> <member>`) and drained members (`drained <member>`).
+    Settings {
         /// The pool name.
         pool: String,
     },
@@ -298,6 +349,12 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Dist(DistCommand::Drain { pool, id, undo }) => {
+            redquorum::Units::new(&client, &pool)?
+                .drain(&id, !undo)
+                .await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Dist(DistCommand::Watch {
             pool,
             id,
@@ -338,6 +395,18 @@ async fn units(client: &Client, command: UnitsCommand) -> Result<ExitCode, redqu
             }
             redquorum::Units::new(client, &pool)?.add(&units).await?;
         }
+        UnitsCommand::Replace {
+            pool,
+            mut units,
+            from_file,
+        } => {
+            if let Some(path) = from_file {
+                units.extend(read_lines(&path)?);
+            }
+            redquorum::Units::new(client, &pool)?
+                .replace_all(&units)
+                .await?;
+        }
         UnitsCommand::Remove { pool, units } => {
             redquorum::Units::new(client, &pool)?.remove(&units).await?;
         }
@@ -346,6 +415,31 @@ async fn units(client: &Client, command: UnitsCommand) -> Result<ExitCode, redqu
             for unit in redquorum::Units::new(client, &pool)?.list().await? {
                 out.push_str(&unit);
                 out.push('\n');
+            }
+            print!("{out}");
+        }
+        UnitsCommand::Pin { pool, unit, id } => {
+            redquorum::Units::new(client, &pool)?
+                .pin(&unit, &id)
+                .await?;
+        }
+        UnitsCommand::Gc { pool } => {
+            let n = redquorum::Units::new(client, &pool)?
+                .collect_removed()
+                .await?;
+            println!("collected {n}");
+        }
+        UnitsCommand::Unpin { pool, units } => {
+            redquorum::Units::new(client, &pool)?.unpin(&units).await?;
+        }
+        UnitsCommand::Settings { pool } => {
+            let settings = redquorum::Units::new(client, &pool)?.settings().await?;
+            let mut out = String::new();
+            for (unit, id) in &settings.pins {
+                out.push_str(&format!("pin {unit} {id}\n"));
+            }
+            for id in &settings.drained {
+                out.push_str(&format!("drained {id}\n"));
             }
             print!("{out}");
         }

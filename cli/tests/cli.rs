@@ -669,7 +669,7 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
     );
 }
 
-/// `units add / remove / list`, with units from arguments and from a file.
+/// `units add / remove / list / replace / gc`, with units from arguments and from a file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_add_remove_and_list_print_the_pool_sorted() {
     let cluster = Cluster::start(3).await;
@@ -694,6 +694,23 @@ async fn units_add_remove_and_list_print_the_pool_sorted() {
     let out = redquorum(&["--nodes", &nodes, "units", "add", "parsers", ""]).await;
     assert!(!out.status.success(), "an empty unit is refused");
     assert!(text(&out).1.contains("unit"), "says why: {}", text(&out).1);
+    // `units replace` leaves exactly the units given; `units gc` collects the removals.
+    run_ok(&nodes, &["units", "replace", "parsers", "site-e", "site-f"]).await;
+    assert_eq!(
+        run_ok(&nodes, &["units", "list", "parsers"]).await,
+        "site-e\nsite-f\n"
+    );
+    let gc = run_ok(&nodes, &["units", "gc", "parsers"]).await;
+    assert_eq!(gc, "collected 4\n", "site-a..d were removed everywhere");
+}
+
+/// Run the CLI with `--nodes nodes` and `args`; it must succeed. Its stdout.
+async fn run_ok(nodes: &str, args: &[&str]) -> String {
+    let mut all = vec!["--nodes", nodes];
+    all.extend(args);
+    let out = redquorum(&all).await;
+    assert!(out.status.success(), "{all:?}: {}", text(&out).1);
+    text(&out).0
 }
 
 /// `dist watch` and `dist table`: two member processes share a pool's units; one is killed
@@ -790,6 +807,44 @@ async fn dist_watch_and_table_share_units_and_a_killed_member_hands_over() {
             }
         }
     }
+    // An operator pins site-0 to a and drains a: a stays a member with its pin only, b takes
+    // the rest; the settings list shows both. Ending the drain gives a its share back.
+    run_ok(&nodes, &["units", "pin", "parsers", "site-0", "a"]).await;
+    run_ok(&nodes, &["dist", "drain", "parsers", "a"]).await;
+    assert_eq!(
+        run_ok(&nodes, &["units", "settings", "parsers"]).await,
+        "pin site-0 a\ndrained a\n"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let drained = "a:site-0\nb:site-1,site-2,site-3,site-4,site-5,site-6,site-7,site-8\n";
+    loop {
+        let shown = table().await;
+        if shown == drained {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the drained table never showed: {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    run_ok(&nodes, &["dist", "drain", "parsers", "a", "--undo"]).await;
+    run_ok(&nodes, &["units", "unpin", "parsers", "site-0"]).await;
+    assert_eq!(run_ok(&nodes, &["units", "settings", "parsers"]).await, "");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let shown = table().await;
+        let counts: Vec<usize> = shown.lines().map(|l| l.split(',').count()).collect();
+        if counts == [6, 3] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after the drain ended a never got its share back: {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // SIGKILL b: no leave; its lease expires and a gets every unit.
     b.start_kill().unwrap();
     let _ = b.wait().await;

@@ -104,6 +104,14 @@ impl Request {
         }
     }
 
+    /// Once decided, keep collecting the other nodes' answers for at most `extra`.
+    pub(crate) fn linger(self, extra: Duration) -> Request {
+        Request {
+            wait: Wait::Linger(extra),
+            ..self
+        }
+    }
+
     /// Wait for every node when `all`, else return at the decision.
     pub(crate) fn wait_all_if(self, all: bool) -> Request {
         if all {
@@ -488,6 +496,17 @@ pub(crate) mod decode {
             NodeOutcome::Applied((status, value))
         } else {
             NodeOutcome::Rejected((status, value))
+        })
+    }
+
+    /// A script returning a count, or a negative code when it refused: `Applied(n)` for
+    /// `n >= 0`, `Rejected(n)` otherwise.
+    pub(crate) fn count_or_refusal(v: Value) -> redis::RedisResult<NodeOutcome<i64>> {
+        let n: i64 = redis::from_redis_value(v)?;
+        Ok(if n >= 0 {
+            NodeOutcome::Applied(n)
+        } else {
+            NodeOutcome::Rejected(n)
         })
     }
 

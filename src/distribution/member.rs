@@ -298,8 +298,7 @@ pub async fn pool_table(client: &Client, pool: &str) -> Result<PoolTable, Error>
         name.key(KeyKind::PoolMembers).into(),
         false,
     );
-    let reading = register.read().await?;
-    let view = register.adopt(&reading).await?;
+    let view = register.read_adopted(|_| {}).await?;
     let lists = match view.state {
         ViewState::Active => view.lists.clone(),
         ViewState::Prepare => view.previous_lists.clone(),

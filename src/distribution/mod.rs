@@ -8,7 +8,8 @@
 //! - `pool.rs`: the pool's side of its group (the leader's planner, writes, collection, a
 //!   member's load of its own lists);
 //! - `member.rs`: [`PoolMember`], [`PoolOptions`], [`pool_table`];
-//! - `units.rs`: [`Units`], the units of a pool on the quorum nodes (add, remove, list).
+//! - `units.rs`: [`Units`], the units of a pool on the quorum nodes (add, remove, list) and
+//!   its [`PoolSettings`] (pins, drained members).
 
 mod lists;
 mod member;
@@ -19,4 +20,16 @@ mod units;
 
 pub use member::{pool_table, PoolMember, PoolOptions, PoolTable, MAX_WEIGHT};
 pub use table::{distribution_table, MemberWeight, TableInputs, UnitTable};
-pub use units::Units;
+pub use units::{PoolSettings, Units};
+
+use crate::error::Error;
+
+/// Run CPU-heavy work (decoding, merging, planning a large pool) on the blocking pool, so the
+/// runtime's workers keep serving beats and lease extensions meanwhile.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))?
+}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::lists::next_list;
 use super::table::{distribution_table, MemberWeight, TableInputs};
+use super::units::PoolSettings;
 use crate::membership::tables::{ListWrite, Planned};
 use crate::membership::ListRef;
 
@@ -44,6 +45,8 @@ pub(crate) struct PlanInputs<'a> {
     pub(crate) away: &'a BTreeSet<String>,
     /// The pool's units.
     pub(crate) units: &'a BTreeSet<String>,
+    /// Pins and drained members.
+    pub(crate) settings: &'a PoolSettings,
     /// Ignore the previous table (the seed's "same lists, same division").
     pub(crate) stateless: bool,
     /// The version new fields are written at (above the view's token).
@@ -77,6 +80,7 @@ pub(crate) fn plan(
     list_key: impl Fn(&str) -> String,
 ) -> (Planned, BTreeMap<String, BTreeSet<String>>) {
     let workers = workers(inputs.lists, inputs.live);
+    // Each member's own weight (what its list records), before a drain sets it to zero.
     let mut members: Vec<MemberWeight> = workers
         .iter()
         .map(|(id, key)| MemberWeight {
@@ -97,11 +101,22 @@ pub(crate) fn plan(
         .iter()
         .flat_map(|(id, units)| units.iter().map(move |u| (u.clone(), id.clone())))
         .collect();
+    let effective: Vec<MemberWeight> = members
+        .iter()
+        .map(|m| MemberWeight {
+            id: m.id.clone(),
+            weight: if inputs.settings.drained.contains(&m.id) {
+                0
+            } else {
+                m.weight
+            },
+        })
+        .collect();
     let table = distribution_table(&TableInputs {
         previous: (!inputs.stateless).then_some(&previous),
-        members: &members,
+        members: &effective,
         units: inputs.units,
-        pins: None,
+        pins: Some(&inputs.settings.pins),
     });
     let mut by_id: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (unit, id) in table {
@@ -156,6 +171,7 @@ mod tests {
                 live: &set(live),
                 away: &set(away),
                 units,
+                settings: &PoolSettings::default(),
                 stateless: false,
                 version,
             },
@@ -271,5 +287,39 @@ mod tests {
         let p4 = run(&p2.lists, &r2, &["a#1"], &[], &all, 30);
         assert_eq!(p4.lists.len(), 1);
         assert_eq!(p4.lists["a"].count, 60);
+    }
+
+    #[test]
+    fn a_drained_id_stays_with_an_empty_list_and_its_weight_and_pins_are_honoured() {
+        let all = units(60);
+        let mut fields = HashMap::new();
+        let empty = HashMap::new();
+        let p1 = run(&BTreeMap::new(), &empty, &["a#1", "b#1*2"], &[], &all, 10);
+        let r1 = resolved_of(&p1, &empty, &mut fields);
+        let settings = PoolSettings {
+            pins: [("site-7".to_string(), "b".to_string())].into(),
+            drained: ["b".to_string()].into(),
+        };
+        let (p2, by_id) = plan(
+            &PlanInputs {
+                lists: &p1.lists,
+                resolved: &r1,
+                live: &set(&["a#1", "b#1*2"]),
+                away: &set(&[]),
+                units: &all,
+                settings: &settings,
+                stateless: false,
+                version: 20,
+            },
+            |id| format!("rq:plist:1:p:{id}"),
+        );
+        assert_eq!(p2.lists["b"].count, 1, "drained b keeps only its pin");
+        assert_eq!(p2.lists["b"].weight, 2, "its own weight is kept for later");
+        assert_eq!(
+            by_id["b"],
+            ["site-7".to_string()].into(),
+            "the pinned unit stays with b"
+        );
+        assert_eq!(p2.lists["a"].count, 59);
     }
 }

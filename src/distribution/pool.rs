@@ -21,15 +21,21 @@ use crate::membership::{ListRef, View, ViewState};
 use crate::quorum::NodeOutcome;
 use crate::scripts::PLIST;
 
+use super::blocking;
+use super::units::PoolSettings;
+
 /// List fields per write request.
 const WRITE_BATCH: usize = 512;
 
 /// The units as a leader last read them, with every node's stamp at that read.
 struct UnitsSeen {
     stamps: BTreeMap<Arc<str>, u64>,
-    units: Arc<BTreeSet<String>>,
+    units: Arc<UnitsAndSettings>,
     generation: u64,
 }
+
+/// A pool's units and its settings (one register).
+type UnitsAndSettings = (BTreeSet<String>, PoolSettings);
 
 /// What the plan was computed from (recomputed only when this changes).
 #[derive(Clone, PartialEq, Eq)]
@@ -64,7 +70,14 @@ pub(crate) struct PoolTables {
     leader: Mutex<LeaderCache>,
     /// This member's resolved lists: field -> units.
     mine: Mutex<HashMap<String, Arc<BTreeSet<String>>>>,
+    /// When this member (as leader) last collected the pool's removed units.
+    last_gc: Mutex<Option<Instant>>,
 }
+
+/// A pool's leader collects removed units at most this often, the first time this long after
+/// it first activated a table (see
+/// [`Units::collect_removed`](super::Units::collect_removed)).
+const GC_EVERY: Duration = Duration::from_secs(600);
 
 impl PoolTables {
     pub(crate) fn new(client: &Client, pool: &Name, grace: Duration, stateless: bool) -> Self {
@@ -77,15 +90,23 @@ impl PoolTables {
             stateless,
             leader: Mutex::default(),
             mine: Mutex::default(),
+            last_gc: Mutex::default(),
         }
+    }
+
+    /// The per-node deadline of reads and writes whose size grows with the pool (a unit
+    /// register of 100,000 entries is megabytes): the operation timeout, not the node timeout.
+    fn bulk(&self) -> Duration {
+        self.client.config().operation_timeout()
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, LeaderCache> {
         self.leader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pool's units: read again only when some node's stamp moved since the last read.
-    async fn units(&self) -> Result<(Arc<BTreeSet<String>>, u64), Error> {
+    /// The pool's units and settings: read again only when some node's stamp moved since the
+    /// last read.
+    async fn units(&self) -> Result<(Arc<UnitsAndSettings>, u64), Error> {
         let stamp_key = self.stamp_key.clone();
         let read = Step::read(vec![get(&stamp_key)], |ctx, v| {
             let stamp: Option<u64> = redis::from_redis_value(v)?;
@@ -110,9 +131,10 @@ impl PoolTables {
         // as a changed stamp next time (a re-read), never as a missed change.
         let mut all = redis::cmd("HGETALL");
         all.arg(&self.units_key);
+        // The register is decoded and merged off the async runtime (megabytes for a large
+        // pool): the replies are kept as raw values here.
         let read = Step::read(vec![get(&stamp_key), all], |ctx, v| {
-            let (stamp, units): (Option<u64>, BTreeMap<String, String>) =
-                redis::from_redis_value(v)?;
+            let (stamp, units): (Option<u64>, redis::Value) = redis::from_redis_value(v)?;
             Ok(NodeOutcome::Applied((
                 ctx.marker.clone(),
                 stamp.unwrap_or(0),
@@ -121,13 +143,24 @@ impl PoolTables {
         });
         let tally = self
             .client
-            .decide(Request::vote("pool.units.read"), read)
+            .decide(Request::vote("pool.units.read").within(self.bulk()), read)
             .await?;
-        let units = Arc::new(super::units::merge(tally.replies().map(|(_, (_, _, u))| u)));
         let stamps = tally
             .replies()
             .map(|(_, (m, s, _))| (m.clone(), *s))
             .collect();
+        let raw: Vec<redis::Value> = tally.replies().map(|(_, (_, _, u))| u.clone()).collect();
+        let units = Arc::new(
+            blocking(move || {
+                let nodes = raw
+                    .into_iter()
+                    .map(redis::from_redis_value::<BTreeMap<String, String>>)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| Error::Internal(format!("a unit register: {e}")))?;
+                Ok(super::units::merge_all(nodes.iter()))
+            })
+            .await?,
+        );
         let mut cache = self.cache();
         let generation = cache.units.as_ref().map_or(1, |u| u.generation + 1);
         cache.units = Some(UnitsSeen {
@@ -162,7 +195,7 @@ impl PoolTables {
         });
         let tally = self
             .client
-            .decide(Request::vote("pool.lists.read"), read)
+            .decide(Request::vote("pool.lists.read").within(self.bulk()), read)
             .await?;
         let mut merged = vec![HashMap::new(); ids.len()];
         for (_, hashes) in tally.replies() {
@@ -190,13 +223,19 @@ impl PoolTables {
         };
         let ids: Vec<String> = missing.iter().map(|(id, _)| id.clone()).collect();
         let fields = self.read_lists(&ids).await?;
+        let resolved = blocking(move || {
+            missing
+                .into_iter()
+                .zip(&fields)
+                .map(|((id, r), f)| {
+                    let Resolved { units, snapshot } = resolve(f, &r).map_err(Error::Internal)?;
+                    Ok(((id, r.field), (Arc::new(units), snapshot)))
+                })
+                .collect::<Result<Vec<_>, Error>>()
+        })
+        .await?;
         let mut cache = self.cache();
-        for ((id, r), f) in missing.iter().zip(&fields) {
-            let Resolved { units, snapshot } = resolve(f, r).map_err(Error::Internal)?;
-            cache
-                .lists
-                .insert((id.clone(), r.field.clone()), (Arc::new(units), snapshot));
-        }
+        cache.lists.extend(resolved);
         Ok(lists
             .iter()
             .filter_map(|(id, r)| {
@@ -213,11 +252,15 @@ impl PoolTables {
     ) -> Result<BTreeMap<String, BTreeSet<String>>, Error> {
         let ids: Vec<String> = lists.keys().cloned().collect();
         let fields = self.read_lists(&ids).await?;
-        lists
-            .iter()
-            .zip(&fields)
-            .map(|((id, r), f)| Ok((id.clone(), resolve(f, r).map_err(Error::Internal)?.units)))
-            .collect()
+        let lists = lists.clone();
+        blocking(move || {
+            lists
+                .iter()
+                .zip(&fields)
+                .map(|((id, r), f)| Ok((id.clone(), resolve(f, r).map_err(Error::Internal)?.units)))
+                .collect()
+        })
+        .await
     }
 
     /// IDs of the view's lists whose process is not live: away within their grace.
@@ -263,16 +306,26 @@ impl PoolTables {
             .token()
             .map(|t| t.get() + 1)
             .ok_or_else(|| Error::Internal("view version out of range".into()))?;
-        let inputs = PlanInputs {
-            lists: &view.lists,
-            resolved: &resolved,
-            live,
-            away: &away,
-            units: &units,
-            stateless: self.stateless,
-            version,
-        };
-        let (planned, by_id) = plan::plan(&inputs, |id| pool_list_key(&self.pool, id));
+        let (lists, live_keys, stateless, pool) = (
+            view.lists.clone(),
+            live.clone(),
+            self.stateless,
+            self.pool.clone(),
+        );
+        let (planned, by_id) = blocking(move || {
+            let inputs = PlanInputs {
+                lists: &lists,
+                resolved: &resolved,
+                live: &live_keys,
+                away: &away,
+                units: &units.0,
+                settings: &units.1,
+                stateless,
+                version,
+            };
+            Ok(plan::plan(&inputs, |id| pool_list_key(&pool, id)))
+        })
+        .await?;
         let mut cache = self.cache();
         // The leader knows the lists it plans (a field's name is its content's digest): cache
         // them, so it never reads its own lists back.
@@ -306,16 +359,9 @@ impl PoolTables {
             for (i, w) in chunk.iter().enumerate() {
                 call = call.arg(i + 2).arg(&w.field).arg(&w.payload);
             }
-            let step = call.decode(|_, v| {
-                let n: i64 = redis::from_redis_value(v)?;
-                Ok(if n >= 0 {
-                    NodeOutcome::Applied(())
-                } else {
-                    NodeOutcome::Rejected(())
-                })
-            });
+            let step = call.decode(|_, v| decode::count_or_refusal(v));
             self.client
-                .decide(Request::vote("pool.lists.write"), step)
+                .decide(Request::vote("pool.lists.write").within(self.bulk()), step)
                 .await?;
         }
         Ok(())
@@ -323,7 +369,38 @@ impl PoolTables {
 
     /// Collect the list fields no view at or after the active `view` can need: below each
     /// list's snapshot, and every field at or below the view's token of IDs it no longer names.
+    /// Collect the pool's removed units, at most every [`GC_EVERY`] (a leader's chore after
+    /// an activation).
+    async fn collect_removed(&self) {
+        {
+            // The first activation only starts the clock: a new leader has enough to read.
+            let mut last = self.last_gc.lock().unwrap_or_else(|p| p.into_inner());
+            match *last {
+                None => {
+                    *last = Some(Instant::now());
+                    return;
+                }
+                Some(t) if t.elapsed() < GC_EVERY => return,
+                Some(_) => *last = Some(Instant::now()),
+            }
+        }
+        match super::Units::new(&self.client, self.pool.as_str()) {
+            Ok(units) => match units.collect_removed().await {
+                Ok(n) => {
+                    tracing::debug!(pool = %self.pool, collected = n, "removed units collected")
+                }
+                Err(e) => {
+                    tracing::debug!(pool = %self.pool, error = %e, "cannot collect removed units")
+                }
+            },
+            Err(e) => {
+                tracing::debug!(pool = %self.pool, error = %e, "cannot collect removed units")
+            }
+        }
+    }
+
     async fn collect(&self, view: View) {
+        self.collect_removed().await;
         let Some(token) = view.version.token().map(|t| t.get()) else {
             return;
         };
@@ -397,12 +474,19 @@ impl PoolTables {
         if wanted.iter().any(|r| cached(r).is_none()) {
             let fields = self.read_lists(std::slice::from_ref(&id)).await?;
             let fields = fields.into_iter().next().unwrap_or_default();
+            let want = wanted.clone();
+            let loaded = blocking(move || {
+                want.iter()
+                    .map(|r| {
+                        let units = resolve(&fields, r).map_err(Error::Internal)?.units;
+                        Ok((r.field.clone(), Arc::new(units)))
+                    })
+                    .collect::<Result<Vec<_>, Error>>()
+            })
+            .await?;
             let mut mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
             mine.retain(|f, _| wanted.iter().any(|r| r.field == *f));
-            for r in &wanted {
-                let units = resolve(&fields, r).map_err(Error::Internal)?.units;
-                mine.insert(r.field.clone(), Arc::new(units));
-            }
+            mine.extend(loaded);
         }
         let get = |r: Option<&ListRef>| r.and_then(cached).unwrap_or_default();
         Ok(Held {

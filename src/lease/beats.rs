@@ -20,7 +20,18 @@ pub(crate) type BeatGarbage = Vec<(String, Vec<(usize, Arc<str>)>)>;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Beats {
     watches: std::collections::BTreeMap<String, Watch<Option<Arc<str>>>>,
+    /// Members judged gone, with every beat value a node showed for them then. A member stays
+    /// gone until a node shows a value outside this set (it beat again: values never repeat).
+    /// Without this, removing a gone member's entries (or a restarted node still holding an
+    /// old one) would restart its watches and bring a dead member back for a whole window.
+    buried: std::collections::BTreeMap<String, std::collections::BTreeSet<Arc<str>>>,
+    /// The number of configured nodes (from the latest round).
+    nodes: usize,
 }
+
+/// At most this many buried members are remembered (beyond, the smallest names are dropped
+/// first; a dropped one is merely watched again from scratch).
+const MAX_BURIED: usize = 4096;
 
 impl Beats {
     /// Record one round of readings, received at `at`: for each node that answered, its
@@ -33,6 +44,7 @@ impl Beats {
         also: &std::collections::BTreeSet<String>,
         at: Instant,
     ) {
+        self.nodes = nodes;
         let mut keys: std::collections::BTreeSet<String> = also.clone();
         for (_, _, beats) in readings {
             keys.extend(beats.keys().cloned());
@@ -54,6 +66,39 @@ impl Beats {
                 );
             }
         }
+        // A buried member that beat again is watched afresh.
+        self.buried.retain(|key, values| {
+            !readings
+                .iter()
+                .any(|(_, _, beats)| beats.get(key).is_some_and(|v| !values.contains(v)))
+        });
+    }
+
+    /// Whether `member` was buried and has shown no new beat value since. Only for members
+    /// that no view names (whose entries the leader collects): the barrier of a view that
+    /// drops a member relies on the span rule of [`gone`](Self::gone) alone, judged on
+    /// readings taken after the seal (a beat seen on one node at burial may reach a majority
+    /// later, and the member then holds a valid lease again).
+    pub(crate) fn is_buried(&self, member: &str) -> bool {
+        self.buried.contains_key(member)
+    }
+
+    /// Record that `member` was judged gone: it stays buried until a node shows a beat value
+    /// that no node showed for it so far.
+    pub(crate) fn bury(&mut self, member: &str) {
+        let values: std::collections::BTreeSet<Arc<str>> = self
+            .watches
+            .get(member)
+            .map(|w| {
+                (0..w.len())
+                    .filter_map(|i| w.get(i).and_then(|(s, _)| s.state.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if self.buried.len() >= MAX_BURIED && !self.buried.contains_key(member) {
+            self.buried.pop_first();
+        }
+        self.buried.insert(member.to_string(), values);
     }
 
     /// Whether `member` is gone: on at least `needed` of the nodes read in this round
@@ -126,6 +171,11 @@ impl Beats {
             .collect();
         for k in gone {
             self.watches.remove(&k);
+        }
+        // Every node answered and none holds a buried member that no view names: forget it.
+        if answered.len() >= self.nodes {
+            self.buried
+                .retain(|k, _| present.contains(k) || self.watches.contains_key(k));
         }
     }
 }
@@ -212,5 +262,78 @@ mod tests {
         b.observe(3, &r, &view, t0 + Duration::from_millis(1900));
         assert!(b.gone("m#1", &[0, 1], 2, window));
         assert_eq!(b.present(&[0, 1]), ["m#1".to_string()].into());
+    }
+
+    #[test]
+    fn a_buried_member_stays_gone_when_its_entries_are_collected_until_it_beats_again() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let none = std::collections::BTreeSet::new();
+        let mut b = Beats::default();
+        let r = readings(&[
+            (0, "r0", &[("m#1", "7")]),
+            (1, "r1", &[("m#1", "7")]),
+            (2, "r2", &[("m#1", "6")]),
+        ]);
+        b.observe(3, &r, &none, t0);
+        b.observe(3, &r, &none, t0 + window);
+        assert!(b.gone("m#1", &[0, 1, 2], 2, window));
+        b.bury("m#1");
+        // The leader's clean-up removed the entry on nodes 0 and 1; node 2 (back from a
+        // restart) still shows an old value. Both restart the watches, yet it stays gone.
+        let r = readings(&[(0, "r0", &[]), (1, "r1", &[]), (2, "r2b", &[("m#1", "6")])]);
+        b.observe(3, &r, &none, t0 + window + Duration::from_millis(100));
+        assert!(
+            b.is_buried("m#1"),
+            "a collected entry brought a dead member back"
+        );
+        // A new beat value (the process resumed) un-buries it: it is watched afresh.
+        let r = readings(&[
+            (0, "r0", &[("m#1", "8")]),
+            (1, "r1", &[("m#1", "8")]),
+            (2, "r2b", &[("m#1", "6")]),
+        ]);
+        b.observe(3, &r, &none, t0 + window + Duration::from_millis(200));
+        assert!(!b.is_buried("m#1"));
+        assert!(!b.gone("m#1", &[0, 1, 2], 2, window));
+    }
+
+    #[test]
+    fn burial_never_overrides_the_span_rule_a_barrier_relies_on() {
+        // The member resumes after a freeze: its beat 8 has reached node 0 only when it is
+        // buried (7 unchanged on nodes 1 and 2 for the window), then reaches node 1 too.
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1000);
+        let none = std::collections::BTreeSet::new();
+        let mut b = Beats::default();
+        let r = readings(&[
+            (0, "r0", &[("m#1", "7")]),
+            (1, "r1", &[("m#1", "7")]),
+            (2, "r2", &[("m#1", "7")]),
+        ]);
+        b.observe(3, &r, &none, t0);
+        let r = readings(&[
+            (0, "r0", &[("m#1", "8")]),
+            (1, "r1", &[("m#1", "7")]),
+            (2, "r2", &[("m#1", "7")]),
+        ]);
+        b.observe(3, &r, &none, t0 + window);
+        assert!(b.gone("m#1", &[0, 1, 2], 2, window));
+        b.bury("m#1");
+        let r = readings(&[
+            (0, "r0", &[("m#1", "8")]),
+            (1, "r1", &[("m#1", "8")]),
+            (2, "r2", &[("m#1", "7")]),
+        ]);
+        b.observe(3, &r, &none, t0 + window + Duration::from_millis(100));
+        assert!(
+            !b.gone("m#1", &[0, 1, 2], 2, window),
+            "beat 8 now holds a majority: the member may hold a valid lease"
+        );
+        assert!(
+            b.is_buried("m#1"),
+            "it stays buried (8 was seen at burial): the leader consults burial only for \
+             members no view names"
+        );
     }
 }

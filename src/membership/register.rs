@@ -168,12 +168,41 @@ impl ViewRegister {
     /// The view a reading names, written back to a majority first (so every later reader sees
     /// at least this view). `View::empty()` when the group has none yet.
     pub(crate) async fn adopt(&self, reading: &Reading) -> Result<View, Error> {
+        self.try_adopt(reading).await.map_err(|(e, _)| e)
+    }
+
+    /// As [`ViewRegister::adopt`]; a failure says whether some node already holds a view newer
+    /// than the one written back (a leader sealed one meanwhile: read again).
+    async fn try_adopt(&self, reading: &Reading) -> Result<View, (Error, bool)> {
         let answers: Vec<&StoredView> = reading.views.iter().collect();
-        match pick(&answers).map_err(|e| Error::Internal(format!("view register: {e}")))? {
+        match pick(&answers).map_err(|e| (Error::Internal(format!("view register: {e}")), false))? {
             None => Ok(View::empty()),
             Some(view) => {
-                self.write(&view).await?;
+                self.write_or_superseded(&view).await?;
                 Ok(view)
+            }
+        }
+    }
+
+    /// Read and adopt, reading again (a few times) when the write-back lost a race with a
+    /// newer view: a reader racing a sealing leader is not a failure. `observe` sees every
+    /// reading taken (a member's watch feeds on the beats that ride along).
+    pub(crate) async fn read_adopted(
+        &self,
+        mut observe: impl FnMut(&Reading),
+    ) -> Result<View, Error> {
+        const ATTEMPTS: usize = 4;
+        let mut attempt = 1;
+        loop {
+            let reading = self.read().await?;
+            observe(&reading);
+            match self.try_adopt(&reading).await {
+                Ok(view) => return Ok(view),
+                Err((e, true)) if attempt < ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "view write-back superseded; reading again");
+                    attempt += 1;
+                }
+                Err((e, _)) => return Err(e),
             }
         }
     }
@@ -199,8 +228,16 @@ impl ViewRegister {
     /// Write `view` to every voting node (the compare-and-set on its base); Ok when a majority
     /// holds it.
     pub(crate) async fn write(&self, view: &View) -> Result<(), Error> {
+        self.write_or_superseded(view).await.map_err(|(e, _)| e)
+    }
+
+    /// As [`ViewRegister::write`]; a failure says whether some node holds a newer view.
+    async fn write_or_superseded(&self, view: &View) -> Result<(), (Error, bool)> {
         let token = view.version.token().ok_or_else(|| {
-            Error::Internal(format!("view version {:?} out of range", view.version))
+            (
+                Error::Internal(format!("view version {:?} out of range", view.version)),
+                false,
+            )
         })?;
         let base: Arc<str> = if self.forkable {
             "-".into()
@@ -211,8 +248,12 @@ impl ViewRegister {
                 .unwrap_or_else(|| "0".into())
                 .into()
         };
-        let json = serde_json::to_string(view)
-            .map_err(|e| Error::Internal(format!("view cannot be encoded: {e}")))?;
+        let json = serde_json::to_string(view).map_err(|e| {
+            (
+                Error::Internal(format!("view cannot be encoded: {e}")),
+                false,
+            )
+        })?;
         let hash = View::digest(&json);
         let step = write_step(&self.key, token.get(), json, hash, &base);
         let tally = self
@@ -222,17 +263,23 @@ impl ViewRegister {
         if tally.reached() {
             Ok(())
         } else {
-            Err(NoQuorum::from_tally(
-                "group.view.write",
-                &tally,
-                self.client.node_urls(),
-                |(status, current)| match status {
-                    -2 => format!("holds another view at this version (token {current})"),
-                    -1 => "marker check failed".into(),
-                    _ => format!("holds a newer or sibling view (token {current})"),
-                },
-            )
-            .into())
+            let superseded = tally
+                .replies()
+                .any(|(_, (status, current))| *status == 0 && *current > token.get());
+            Err((
+                NoQuorum::from_tally(
+                    "group.view.write",
+                    &tally,
+                    self.client.node_urls(),
+                    |(status, current)| match status {
+                        -2 => format!("holds another view at this version (token {current})"),
+                        -1 => "marker check failed".into(),
+                        _ => format!("holds a newer or sibling view (token {current})"),
+                    },
+                )
+                .into(),
+                superseded,
+            ))
         }
     }
 }

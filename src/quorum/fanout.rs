@@ -28,7 +28,15 @@ pub(crate) enum Wait {
     /// Until every node answered or hit its deadline (used where every reply matters:
     /// cleanup, safety checks, reading the highest value).
     All,
+    /// Like [`Wait::Decided`], but once decided, keep collecting the other nodes' answers for
+    /// twice as long again as the decision took (at least [`MIN_LINGER`]), and never longer
+    /// than this cap: a read that is better with every fresh reply (a group's beats) gets the
+    /// nodes that answer about as fast as the majority did, and a hung node costs little.
+    Linger(Duration),
 }
+
+/// The shortest linger of [`Wait::Linger`] (loopback replies a few hundred microseconds apart).
+pub(crate) const MIN_LINGER: Duration = Duration::from_millis(2);
 
 /// Run `calls` (one per configured node) concurrently, each bounded by `node_timeout`, and
 /// count the outcomes against `majority`.
@@ -80,7 +88,19 @@ async fn run<T: Send + 'static>(
 
     let mut results = Vec::with_capacity(majority.nodes());
     let (mut applied, mut settled) = (0usize, 0usize);
-    while let Some((node, outcome, latency)) = in_flight.next().await {
+    // With `Wait::Linger`, the instant after which pending nodes are abandoned.
+    let mut linger_until: Option<Instant> = None;
+    loop {
+        let next = match linger_until {
+            None => in_flight.next().await,
+            Some(until) => match tokio::time::timeout_at(until, in_flight.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((node, outcome, latency)) = next else {
+            break;
+        };
         pending_ids.retain(|p| *p != node);
         if outcome.is_applied() {
             applied += 1;
@@ -99,8 +119,13 @@ async fn run<T: Send + 'static>(
             if let Some(tx) = decided.take() {
                 let _ = tx.send(applied);
             }
-            if wait == Wait::Decided {
-                break;
+            match wait {
+                Wait::Decided => break,
+                Wait::Linger(cap) if linger_until.is_none() => {
+                    let extra = (start.elapsed() * 2).clamp(MIN_LINGER, cap.max(MIN_LINGER));
+                    linger_until = Some(Instant::now() + extra);
+                }
+                Wait::Linger(_) | Wait::All => {}
             }
         }
     }
@@ -306,5 +331,41 @@ mod tests {
         );
         let tally = all.await.expect("task");
         assert_eq!(tally.applied(), 3, "the slow node was still awaited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn linger_keeps_late_replies_for_a_while_then_abandons_a_hung_node() {
+        let script = vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+            (10, NodeOutcome::Applied(3)),
+            (25, NodeOutcome::Applied(4)),
+            (60_000, NodeOutcome::Applied(5)),
+        ];
+        let tally = fan_out(
+            "test",
+            Majority::of(5),
+            Duration::from_secs(10),
+            Wait::Linger(Duration::from_millis(100)),
+            calls(script),
+            None,
+        )
+        .await;
+        let replies: Vec<u32> = tally.replies().map(|(_, v)| *v).collect();
+        assert_eq!(
+            replies,
+            vec![1, 2, 3, 4],
+            "the reply 15 ms after the decision is kept, the hung one is not"
+        );
+        assert_eq!(
+            tally.elapsed(),
+            Duration::from_millis(30),
+            "decided at 10 ms (three of five), then lingered twice that, not the node timeout"
+        );
+        assert_eq!(
+            tally.results().len(),
+            5,
+            "hung nodes are recorded as abandoned"
+        );
     }
 }

@@ -33,6 +33,7 @@ const KINDS: &[(&str, Kind)] = &[
     ("rq:members:", Kind::Hash(HashMerge::IfAbsent)),
     ("rq:units:", Kind::Hash(HashMerge::Max)),
     ("rq:uver:", Kind::Register),
+    ("rq:ufloor:", Kind::Register),
     ("rq:pmembers:", Kind::Hash(HashMerge::IfAbsent)),
     ("rq:pview:", Kind::View),
     ("rq:pack:", Kind::Hash(HashMerge::Max)),

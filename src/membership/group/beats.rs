@@ -103,15 +103,17 @@ pub(super) fn hgetall(key: &str) -> redis::Cmd {
     cmd
 }
 
-/// The beats a majority holds (the first majority to answer).
+/// The beats a majority holds: the first majority to answer, and every other node that
+/// answers about as fast (see [`Wait::Linger`](crate::quorum::fanout::Wait::Linger)), never
+/// more than an eighth of an interval later. Every reading is from this round (the gone
+/// judgement needs that), and a node whose watch restarted (a restart, a wipe) does not hold
+/// up a crash judgement while the others answer; a hung node costs the leader little.
 pub(super) async fn read_beats(shared: &Shared) -> Result<Vec<BeatReading>, Error> {
     let read = Step::read(vec![hgetall(&shared.members_key)], |ctx, v| {
         Ok(decode::value(v)?.map(|beats| beat_reading(ctx, beats)))
     });
-    let tally = shared
-        .client
-        .decide(Request::vote("group.members"), read)
-        .await?;
+    let request = Request::vote("group.members").linger(shared.opts.interval / 8);
+    let tally = shared.client.decide(request, read).await?;
     Ok(tally.replies().map(|(_, r)| r.clone()).collect())
 }
 

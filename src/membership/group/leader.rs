@@ -107,11 +107,19 @@ pub(super) fn judge_members(
             .iter()
             .flat_map(|(_, _, b)| b.iter().filter(|(_, v)| &***v == LEFT).map(|(k, _)| k))
             .collect();
+        // A buried member stays gone only while no view names it (see `Beats::is_buried`).
         let gone: BTreeSet<String> = candidates
             .iter()
-            .filter(|m| left.contains(m) || beats.gone(m, &answered, needed, window))
+            .filter(|m| {
+                left.contains(m)
+                    || beats.gone(m, &answered, needed, window)
+                    || (!in_view.contains(*m) && beats.is_buried(m))
+            })
             .cloned()
             .collect();
+        for m in gone.iter().filter(|m| !in_view.contains(*m)) {
+            beats.bury(m);
+        }
         beats.prune(&answered, needed, window, &in_view);
         // Clean up the entries of gone members that no view names any more (guarded: an
         // entry that changed since, because the member beat again, is kept).

@@ -171,24 +171,29 @@ async fn leave(shared: &Shared) {
 /// before returning it (so every later reader sees at least this view). The beats read with it
 /// feed this member's watch (a warm watch for when it leads).
 pub(super) async fn read_view(shared: &Shared) -> Result<View, Error> {
-    let reading = shared.register.read().await?;
-    if !shared.client.config().server_clock_leases {
-        let mut in_view = BTreeSet::new();
-        let answers: Vec<_> = reading.views.iter().collect();
-        if let Ok(Some(v)) = register::pick(&answers) {
-            in_view.extend(v.members.keys().cloned());
-            in_view.extend(v.draining.iter().cloned());
-        }
-        shared
-            .beats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(
-                shared.client.node_urls().len(),
-                &reading.beats,
-                &in_view,
-                reading.at,
-            );
-    }
-    shared.register.adopt(&reading).await
+    let watch_beats = !shared.client.config().server_clock_leases;
+    shared
+        .register
+        .read_adopted(|reading| {
+            if !watch_beats {
+                return;
+            }
+            let mut in_view = BTreeSet::new();
+            let answers: Vec<_> = reading.views.iter().collect();
+            if let Ok(Some(v)) = register::pick(&answers) {
+                in_view.extend(v.members.keys().cloned());
+                in_view.extend(v.draining.iter().cloned());
+            }
+            shared
+                .beats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(
+                    shared.client.node_urls().len(),
+                    &reading.beats,
+                    &in_view,
+                    reading.at,
+                );
+        })
+        .await
 }
