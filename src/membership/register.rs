@@ -167,6 +167,7 @@ impl ViewRegister {
 
     /// The view a reading names, written back to a majority first (so every later reader sees
     /// at least this view). `View::empty()` when the group has none yet.
+    #[cfg(feature = "test-util")]
     pub(crate) async fn adopt(&self, reading: &Reading) -> Result<View, Error> {
         self.try_adopt(reading).await.map_err(|(e, _)| e)
     }
