@@ -20,5 +20,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked cargo-nextest
 fi
 
-cargo nextest run --workspace --profile ci "$@"
+# The CLI's test-only options (e.g. `dist watch --no-barrier-for-tests`) let its process tests
+# show that their checkers catch what a protection prevents.
+cargo nextest run --workspace --features redquorum-cli/test-util --profile ci "$@"
 cargo test --workspace --doc

@@ -11,6 +11,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use redquorum::{Client, Config, SafetyMode};
 
+mod record;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "redquorum",
@@ -90,6 +92,15 @@ enum DistCommand {
         /// Restart grace: a member that comes back with the same ID within it keeps its units.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         grace: Duration,
+        /// Testing aid: append this member's ownership intervals to FILE (CLOCK_MONOTONIC
+        /// times; see cli/src/record.rs) for a checker in another process.
+        #[arg(long, hide = true, value_name = "FILE")]
+        record: Option<std::path::PathBuf>,
+        /// TEST ONLY (builds with the test-util feature): activate new tables at once, without
+        /// the hand-over barrier, so a test can show the double owners it prevents.
+        #[cfg(feature = "test-util")]
+        #[arg(long, hide = true)]
+        no_barrier_for_tests: bool,
     },
     /// Print POOL's active table, one line per member: `<member>:<unit>,<unit>,...` (sorted).
     Table {
@@ -361,12 +372,38 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             weight,
             interval,
             grace,
+            record,
+            #[cfg(feature = "test-util")]
+            no_barrier_for_tests,
         }) => {
-            let opts = redquorum::PoolOptions::default()
+            let mut opts = redquorum::PoolOptions::default()
                 .with_interval(interval)
                 .with_weight(weight)
                 .with_restart_grace(grace);
-            dist_watch(&client, &pool, id, opts).await
+            #[cfg(feature = "test-util")]
+            if no_barrier_for_tests {
+                opts = opts.without_barrier_for_tests();
+            }
+            let recorder = match record {
+                Some(path) => match record::Recorder::create(&path) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        eprintln!("redquorum: --record {}: {e}", path.display());
+                        return Ok(ExitCode::from(2));
+                    }
+                },
+                None => None,
+            };
+            if let Some(r) = &recorder {
+                // The drain hook records the units stopped before the member acknowledges.
+                let r = r.clone();
+                let hook: redquorum::DrainHook = std::sync::Arc::new(move |d| {
+                    r.drain(&d.units_given_up());
+                    Box::pin(async {})
+                });
+                opts = opts.with_drain(interval, hook);
+            }
+            dist_watch(&client, &pool, id, opts, recorder).await
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
             let ids = redquorum::IdGenerator::new(&client, &sequence)?
@@ -692,6 +729,7 @@ async fn dist_watch(
     pool: &str,
     id: Option<String>,
     opts: redquorum::PoolOptions,
+    recorder: Option<record::Recorder>,
 ) -> Result<ExitCode, redquorum::Error> {
     use redquorum::ViewState;
     use std::io::Write;
@@ -703,7 +741,11 @@ async fn dist_watch(
     let stop = shutdown_signal();
     tokio::pin!(stop);
     loop {
-        let line = changes.borrow_and_update().as_ref().and_then(|a| {
+        let current = changes.borrow_and_update().clone();
+        if let Some(r) = &recorder {
+            r.assign(current.as_ref());
+        }
+        let line = current.as_ref().and_then(|a| {
             let state = match a.state {
                 ViewState::Prepare => "prepare",
                 ViewState::Active => "active",
@@ -727,6 +769,9 @@ async fn dist_watch(
             changed = changes.changed() => if changed.is_err() { break },
             _ = &mut stop => break,
         }
+    }
+    if let Some(r) = &recorder {
+        r.stop();
     }
     member.leave().await;
     Ok(ExitCode::SUCCESS)

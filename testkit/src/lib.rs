@@ -41,6 +41,7 @@ pub mod clock;
 mod local;
 mod node;
 mod proxy;
+pub mod record;
 
 pub use local::LocalNodes;
 pub use node::TestNode;
