@@ -57,6 +57,14 @@ pub(crate) enum KeyKind {
     /// A pool's collection floor: unit-register entries below it are refused (removals below
     /// it may have been collected).
     UnitFloor,
+    /// A pool's per-node change log (sorted set: field -> stamp of its last raise), read by
+    /// the pool's leader for the fields raised since its last read. Not copied by repair.
+    UnitLog,
+    /// The epoch of a pool's per-node change log (hash: id, bind, through). Not copied.
+    UnitEpoch,
+    /// The node's last repair nonce, written by every repair's mark step (fixed key). Not
+    /// copied.
+    Marked,
     /// A pool's beats (as [`KeyKind::Members`], for the pool's members).
     PoolMembers,
     /// A pool's agreed view (as [`KeyKind::View`], with unit-list references).
@@ -92,6 +100,9 @@ impl KeyKind {
             KeyKind::UnitVersion => "uver",
             KeyKind::UnitStamp => "ustamp",
             KeyKind::UnitFloor => "ufloor",
+            KeyKind::UnitLog => "ulog",
+            KeyKind::UnitEpoch => "uepoch",
+            KeyKind::Marked => "marked",
             KeyKind::PoolMembers => "pmembers",
             KeyKind::PoolView => "pview",
             KeyKind::PoolAck => "pack",

@@ -73,6 +73,8 @@ mod scripts;
 pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
+#[cfg(feature = "test-util")]
+pub use distribution::LeaderUnitsForTests;
 pub use distribution::{
     distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolSettings, PoolTable,
     TableInputs, UnitTable, Units, MAX_WEIGHT,

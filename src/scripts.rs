@@ -146,6 +146,14 @@ pub(crate) static UNITS: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
+/// A pool leader's read of a node's unit register: the fields raised since its last read.
+pub(crate) static UNITS_SINCE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/units_since.lua")
+    ))
+});
+
 /// A pool's unit register: collect removals (raise the floor, then delete).
 pub(crate) static UNITS_GC: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(

@@ -229,3 +229,143 @@ async fn replace_all_leaves_exactly_the_new_units() {
         "replace by nothing empties the pool"
     );
 }
+
+/// What the pool leader's reader returned: the units, and per node that answered whether it
+/// sent its whole register and how many fields.
+async fn leader_read(
+    reader: &redquorum::LeaderUnitsForTests,
+) -> (BTreeSet<String>, Vec<(bool, usize)>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match reader.read().await {
+            Ok(r) => return r,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the leader's read of the units never succeeded: {e}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// A raw write on one node, as a client that does not keep the change log would make it: the
+/// entry raised and the stamp moved, nothing logged.
+async fn unlogged_add(url: &str, pool: &str, unit: &str) {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("rq:units:{pool}"))
+        .arg(unit)
+        .arg(2_000_000_001u64)
+        .ignore()
+        .cmd("INCR")
+        .arg(format!("rq:ustamp:{pool}"))
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let logged: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("rq:ulog:{pool}"))
+        .arg(unit)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        logged, None,
+        "the raw write is not in the node's change log: a reader trusting the log alone would \
+         miss {unit}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_leader_reads_only_what_changed_and_nothing_a_node_did_not_log() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let c = client(&urls).await;
+    let units = Units::new(&c, "logged").unwrap();
+    units.add(&names("u", 50)).await.expect("added");
+    let reader = redquorum::LeaderUnitsForTests::new(&c, "logged").unwrap();
+
+    // A node's first reply is its whole register; once every node has answered once, nothing
+    // changed means nothing sent.
+    let (seen, per_node) = leader_read(&reader).await;
+    assert_eq!(seen.len(), 50);
+    assert!(
+        per_node.iter().all(|(whole, n)| *whole && *n == 50),
+        "a first read takes each node's whole register: {per_node:?}"
+    );
+    let mut quiet = false;
+    for _ in 0..10 {
+        let (seen, per_node) = leader_read(&reader).await;
+        assert_eq!(seen.len(), 50);
+        assert!(
+            per_node
+                .iter()
+                .all(|(whole, n)| (*whole && *n == 50) || (!*whole && *n == 0)),
+            "a node with a cursor sends nothing when nothing changed: {per_node:?}"
+        );
+        if per_node.iter().all(|(whole, _)| !*whole) {
+            quiet = true;
+            break;
+        }
+    }
+    assert!(
+        quiet,
+        "the nodes answering a read sent empty deltas within ten reads"
+    );
+
+    // One unit added and one removed: each node sends those two fields, not the pool.
+    units.add(&["x".to_string()]).await.expect("added");
+    units.remove(&["u-0".to_string()]).await.expect("removed");
+    let (seen, per_node) = leader_read(&reader).await;
+    assert!(seen.contains("x") && !seen.contains("u-0"), "{seen:?}");
+    assert!(
+        per_node
+            .iter()
+            .filter(|(whole, n)| !*whole && *n <= 2)
+            .count()
+            >= 2,
+        "a change costs O(change) on every node read before (a node whose replies always came \
+         after the majority's has no cursor yet and sends its register): {per_node:?}"
+    );
+
+    // A write that did not log (an older client), on a majority: those nodes send their whole
+    // register again and the unit is seen.
+    for url in &urls[..2] {
+        unlogged_add(url, "logged", "y").await;
+    }
+    let (seen, per_node) = leader_read(&reader).await;
+    assert!(
+        seen.contains("y"),
+        "a unit written without the log on a majority must be seen: {per_node:?}"
+    );
+    assert!(
+        per_node.iter().any(|(whole, _)| *whole),
+        "a node whose stamp moved without its log sends its whole register: {per_node:?}"
+    );
+
+    // Node 2 misses an add, restarts with its data and is repaired (the unit copied onto it,
+    // unlogged); node 0 then dies, so the read's majority is nodes 1 and 2.
+    cluster.node(2).kill().await;
+    units
+        .add(&["z".to_string()])
+        .await
+        .expect("added with node 2 down");
+    cluster.node(2).restart().await;
+    common::wait_repaired(cluster.node(2), &c).await;
+    cluster.node(0).kill().await;
+    let (seen, per_node) = leader_read(&reader).await;
+    assert!(
+        seen.contains("z") && seen.contains("y") && seen.contains("x") && !seen.contains("u-0"),
+        "after node 2's restart and repair, with node 0 down: {per_node:?}, {} units",
+        seen.len()
+    );
+    assert_eq!(seen.len(), 52, "u-1..u-49, x, y, z");
+}

@@ -316,3 +316,43 @@ pub async fn pool_table(client: &Client, pool: &str) -> Result<PoolTable, Error>
         members: resolved,
     })
 }
+
+/// TEST ONLY: a pool leader's reader of the units, to test its change-log reads.
+#[cfg(feature = "test-util")]
+pub struct LeaderUnitsForTests(PoolTables);
+
+#[cfg(feature = "test-util")]
+impl std::fmt::Debug for LeaderUnitsForTests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaderUnitsForTests")
+    }
+}
+
+#[cfg(feature = "test-util")]
+impl LeaderUnitsForTests {
+    /// A reader of `pool`'s units as its leader reads them.
+    ///
+    /// # Errors
+    /// [`Error::Name`] for an invalid pool name.
+    pub fn new(client: &Client, pool: &str) -> Result<Self, Error> {
+        let name = Name::new("pool", pool)?;
+        Ok(LeaderUnitsForTests(PoolTables::new(
+            client,
+            &name,
+            Duration::ZERO,
+            false,
+        )))
+    }
+
+    /// Read: the units present and, per node that answered, whether it sent its whole register
+    /// (`true`) or only the fields raised since this reader's last read of it, and how many.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] without a majority.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe (a dropped read only makes the next one read whole registers).
+    pub async fn read(&self) -> Result<(BTreeSet<String>, Vec<(bool, usize)>), Error> {
+        self.0.units_for_tests().await
+    }
+}

@@ -18,6 +18,8 @@ mod pool;
 pub(crate) mod table;
 mod units;
 
+#[cfg(feature = "test-util")]
+pub use member::LeaderUnitsForTests;
 pub use member::{pool_table, PoolMember, PoolOptions, PoolTable, MAX_WEIGHT};
 pub use table::{distribution_table, MemberWeight, TableInputs, UnitTable};
 pub use units::{PoolSettings, Units};

@@ -1,5 +1,5 @@
-//! A pool's tables on the quorum nodes: the leader's planner (units read only when a node's
-//! change stamp moved, lists resolved once and cached, the plan computed only when its inputs
+//! A pool's tables on the quorum nodes: the leader's planner (units read as the fields raised
+//! since its last read of each node, lists resolved once and cached, the plan computed only when its inputs
 //! changed), the writes of new list fields, their collection, and a member's load of its own
 //! lists (only its own ID's hash: data proportional to its units).
 
@@ -13,25 +13,33 @@ use tokio::time::Instant;
 
 use super::lists::{field_version, resolve, Resolved};
 use super::plan::{self, PlanInputs};
-use crate::client::{decode, script_call, Client, Guard, Request, Step};
+use crate::client::{decode, script_call, Client, Guard, Request, Step, Steps};
 use crate::error::Error;
-use crate::keys::{pool_list_key, KeyKind, Name};
+use crate::keys::{fixed_key, pool_list_key, KeyKind, Name};
 use crate::membership::tables::{Held, Planned, Tables};
 use crate::membership::{ListRef, View, ViewState};
 use crate::quorum::NodeOutcome;
-use crate::scripts::PLIST;
+use crate::scripts::{PLIST, UNITS_SINCE};
 
 use super::blocking;
-use super::units::PoolSettings;
+use super::units::{epoch_id, PoolSettings, UnitKeys};
 
 /// List fields per write request.
 const WRITE_BATCH: usize = 512;
 
-/// The units as a leader last read them, with every node's stamp at that read.
+/// The units as a leader last read them: the highest entry of every field it has seen on any
+/// node (entries only rise and the highest wins, so the union of all its reads is a valid
+/// merge), and per node incarnation (its marker) the change-log cursor of its last reply.
+#[derive(Default)]
 struct UnitsSeen {
-    stamps: BTreeMap<Arc<str>, u64>,
+    /// Marker -> (epoch id, stamp) of that node's last reply.
+    cursors: HashMap<Arc<str>, (String, u64)>,
+    best: HashMap<String, u64>,
     units: Arc<UnitsAndSettings>,
     generation: u64,
+    /// The last read, per node that answered: whether it sent its whole register, and how
+    /// many fields it sent (for tests and tracing).
+    last: Vec<(bool, usize)>,
 }
 
 /// A pool's units and its settings (one register).
@@ -59,12 +67,74 @@ struct LeaderCache {
     last: Option<(Fingerprint, Option<Planned>)>,
 }
 
+/// Fold the replies of `units_since.lua` into what the leader has seen (off the runtime).
+fn fold_units(
+    mut seen: UnitsSeen,
+    replies: Vec<(Arc<str>, redis::Value)>,
+    nodes: usize,
+) -> Result<UnitsSeen, Error> {
+    let bad = |what: &str| Error::Internal(format!("a unit register read: {what}"));
+    let mut changed = seen.generation == 0;
+    if seen.cursors.len() > 4 * nodes.max(1) {
+        // Incarnations long gone (nodes restarted since): keep only this round's.
+        seen.cursors.clear();
+    }
+    seen.last.clear();
+    for (marker, v) in replies {
+        let redis::Value::Array(items) = v else {
+            return Err(bad("not an array"));
+        };
+        let mut items = items.into_iter();
+        let mode: i64 = items
+            .next()
+            .map(redis::from_redis_value)
+            .transpose()
+            .map_err(|e| bad(&e.to_string()))?
+            .ok_or_else(|| bad("empty"))?;
+        let id: String = items
+            .next()
+            .map(redis::from_redis_value)
+            .transpose()
+            .map_err(|e| bad(&e.to_string()))?
+            .ok_or_else(|| bad("no epoch"))?;
+        let stamp: u64 = items
+            .next()
+            .map(redis::from_redis_value)
+            .transpose()
+            .map_err(|e| bad(&e.to_string()))?
+            .ok_or_else(|| bad("no stamp"))?;
+        let mut fields = 0;
+        while let (Some(f), Some(e)) = (items.next(), items.next()) {
+            fields += 1;
+            let field: String = redis::from_redis_value(f).map_err(|e| bad(&e.to_string()))?;
+            let entry: String = redis::from_redis_value(e).map_err(|e| bad(&e.to_string()))?;
+            // An entry that does not parse is ignored (units.lua refuses to raise it).
+            let Ok(entry) = entry.parse::<u64>() else {
+                continue;
+            };
+            let best = seen.best.entry(field).or_insert(0);
+            if entry > *best {
+                *best = entry;
+                changed = true;
+            }
+        }
+        seen.cursors.insert(marker, (id, stamp));
+        seen.last.push((mode == 2, fields));
+    }
+    if changed {
+        seen.units = Arc::new(super::units::merge_best(
+            seen.best.iter().map(|(f, e)| (f.as_str(), *e)),
+        ));
+        seen.generation += 1;
+    }
+    Ok(seen)
+}
+
 /// A pool's side of its group (see the module docs).
 pub(crate) struct PoolTables {
     client: Client,
     pool: Name,
-    units_key: String,
-    stamp_key: String,
+    keys: UnitKeys,
     grace: Duration,
     stateless: bool,
     leader: Mutex<LeaderCache>,
@@ -84,8 +154,7 @@ impl PoolTables {
         PoolTables {
             client: client.clone(),
             pool: pool.clone(),
-            units_key: pool.key(KeyKind::Units),
-            stamp_key: pool.key(KeyKind::UnitStamp),
+            keys: UnitKeys::new(pool),
             grace,
             stateless,
             leader: Mutex::default(),
@@ -104,71 +173,87 @@ impl PoolTables {
         self.leader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pool's units and settings: read again only when some node's stamp moved since the
-    /// last read.
+    /// The pool's units and settings, from a majority: each node sends only the fields raised
+    /// since this leader's last read of it (`units_since.lua`: its change log), or its whole
+    /// register when the leader has no valid cursor there (first read, node restarted or
+    /// repaired, a write that did not log). So a unit change costs the leader O(change), not
+    /// O(pool), and an idle pool costs one small reply per node.
+    ///
+    /// Why nothing is missed: a field raised on a majority before this read starts is on some
+    /// node of the majority that answers; that node's reply either holds it (raised after the
+    /// cursor) or the reply that set the cursor did, and every reply is folded into `best`.
     async fn units(&self) -> Result<(Arc<UnitsAndSettings>, u64), Error> {
-        let stamp_key = self.stamp_key.clone();
-        let read = Step::read(vec![get(&stamp_key)], |ctx, v| {
-            let stamp: Option<u64> = redis::from_redis_value(v)?;
-            Ok(NodeOutcome::Applied((
-                ctx.marker.clone(),
-                stamp.unwrap_or(0),
-            )))
-        });
-        let tally = self
-            .client
-            .decide(Request::vote("pool.units.stamp"), read)
-            .await?;
-        if let Some(seen) = &self.cache().units {
-            let unchanged = tally
-                .replies()
-                .all(|(_, (m, s))| seen.stamps.get(m) == Some(s));
-            if unchanged {
-                return Ok((seen.units.clone(), seen.generation));
-            }
-        }
-        // The stamp is read before the units in one round trip: a write in between shows up
-        // as a changed stamp next time (a re-read), never as a missed change.
-        let mut all = redis::cmd("HGETALL");
-        all.arg(&self.units_key);
-        // The register is decoded and merged off the async runtime (megabytes for a large
-        // pool): the replies are kept as raw values here.
-        let read = Step::read(vec![get(&stamp_key), all], |ctx, v| {
-            let (stamp, units): (Option<u64>, redis::Value) = redis::from_redis_value(v)?;
-            Ok(NodeOutcome::Applied((
-                ctx.marker.clone(),
-                stamp.unwrap_or(0),
-                units,
-            )))
-        });
-        let tally = self
-            .client
-            .decide(Request::vote("pool.units.read").within(self.bulk()), read)
-            .await?;
-        let stamps = tally
-            .replies()
-            .map(|(_, (m, s, _))| (m.clone(), *s))
-            .collect();
-        let raw: Vec<redis::Value> = tally.replies().map(|(_, (_, _, u))| u.clone()).collect();
-        let units = Arc::new(
-            blocking(move || {
-                let nodes = raw
-                    .into_iter()
-                    .map(redis::from_redis_value::<BTreeMap<String, String>>)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| Error::Internal(format!("a unit register: {e}")))?;
-                Ok(super::units::merge_all(nodes.iter()))
-            })
-            .await?,
+        let cursors: Arc<HashMap<Arc<str>, (String, u64)>> = Arc::new(
+            self.cache()
+                .units
+                .as_ref()
+                .map(|u| u.cursors.clone())
+                .unwrap_or_default(),
         );
-        let mut cache = self.cache();
-        let generation = cache.units.as_ref().map_or(1, |u| u.generation + 1);
-        cache.units = Some(UnitsSeen {
-            stamps,
-            units: units.clone(),
-            generation,
+        let keys = self.keys.clone();
+        let new_epoch = epoch_id();
+        let start = rand::random::<u64>() >> 24;
+        let steps = Steps::per_node(move |ctx| {
+            let (id, stamp) = cursors.get(&ctx.marker).cloned().unwrap_or_default();
+            Some(
+                script_call(&UNITS_SINCE, Guard::Marker)
+                    .key(&keys.units)
+                    .marker_key()
+                    .key(&keys.stamp)
+                    .key(&keys.log)
+                    .key(&keys.epoch)
+                    .key(fixed_key(KeyKind::Marked))
+                    .marker()
+                    .arg(id)
+                    .arg(stamp)
+                    .arg(&new_epoch)
+                    .arg(start)
+                    .decode(|ctx, v| {
+                        // Decoded off the async runtime (a whole register is megabytes):
+                        // only the refusal is recognised here.
+                        if let redis::Value::Array(items) = &v {
+                            if items.len() == 1 {
+                                return Ok(NodeOutcome::Rejected((ctx.marker.clone(), v)));
+                            }
+                        }
+                        Ok(NodeOutcome::Applied((ctx.marker.clone(), v)))
+                    }),
+            )
         });
-        Ok((units, generation))
+        let tally = self
+            .client
+            .decide(Request::vote("pool.units.read").within(self.bulk()), steps)
+            .await?;
+        let replies: Vec<(Arc<str>, redis::Value)> = tally
+            .results()
+            .iter()
+            .filter(|r| r.outcome.is_applied())
+            .filter_map(|r| r.outcome.reply().cloned())
+            .collect();
+        let nodes = self.client.node_urls().len();
+        let previous = self.cache().units.take();
+        let seen =
+            blocking(move || fold_units(previous.unwrap_or_default(), replies, nodes)).await?;
+        let out = (seen.units.clone(), seen.generation);
+        tracing::trace!(pool = %self.pool, per_node = ?seen.last, "pool leader read the units");
+        self.cache().units = Some(seen);
+        Ok(out)
+    }
+
+    /// TEST ONLY: the leader's read of the units ([`PoolTables::units`]) and, per node that
+    /// answered, whether it sent its whole register and how many fields.
+    #[cfg(feature = "test-util")]
+    pub(crate) async fn units_for_tests(
+        &self,
+    ) -> Result<(BTreeSet<String>, Vec<(bool, usize)>), Error> {
+        let (units, _) = self.units().await?;
+        let last = self
+            .cache()
+            .units
+            .as_ref()
+            .map(|u| u.last.clone())
+            .unwrap_or_default();
+        Ok((units.0.clone(), last))
     }
 
     /// The fields of these IDs' list hashes, merged from a majority (each field is immutable:
@@ -494,12 +579,6 @@ impl PoolTables {
             previous: get(previous.as_ref().map(|(_, r)| r)),
         })
     }
-}
-
-fn get(key: &str) -> redis::Cmd {
-    let mut c = redis::cmd("GET");
-    c.arg(key);
-    c
 }
 
 impl Tables for PoolTables {

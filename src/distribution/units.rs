@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::client::{decode, script_call, Client, Guard, Request, Step};
 use crate::error::Error;
 use crate::id::IdGenerator;
-use crate::keys::{KeyKind, Name};
+use crate::keys::{fixed_key, KeyKind, Name};
 use crate::quorum::NodeOutcome;
 use crate::scripts::{UNITS, UNITS_GC, VALUE_LIMIT};
 
@@ -67,10 +67,35 @@ pub struct PoolSettings {
 #[derive(Clone, Debug)]
 pub struct Units {
     client: Client,
-    key: String,
-    stamp: String,
-    floor: String,
+    keys: UnitKeys,
     versions: IdGenerator,
+}
+
+/// The keys of a pool's unit register on each node.
+#[derive(Clone, Debug)]
+pub(crate) struct UnitKeys {
+    /// The register (hash: field -> entry).
+    pub(crate) units: String,
+    /// The change stamp.
+    pub(crate) stamp: String,
+    /// The collection floor.
+    pub(crate) floor: String,
+    /// The change log (field -> stamp of its last raise).
+    pub(crate) log: String,
+    /// The change log's epoch.
+    pub(crate) epoch: String,
+}
+
+impl UnitKeys {
+    pub(crate) fn new(pool: &Name) -> UnitKeys {
+        UnitKeys {
+            units: pool.key(KeyKind::Units),
+            stamp: pool.key(KeyKind::UnitStamp),
+            floor: pool.key(KeyKind::UnitFloor),
+            log: pool.key(KeyKind::UnitLog),
+            epoch: pool.key(KeyKind::UnitEpoch),
+        }
+    }
 }
 
 impl Units {
@@ -82,9 +107,7 @@ impl Units {
         let pool = Name::new("pool", pool)?;
         Ok(Units {
             client: client.clone(),
-            key: pool.key(KeyKind::Units),
-            stamp: pool.key(KeyKind::UnitStamp),
-            floor: pool.key(KeyKind::UnitFloor),
+            keys: UnitKeys::new(&pool),
             versions: IdGenerator::with_kind(client, pool.as_str(), KeyKind::UnitVersion)?,
         })
     }
@@ -223,7 +246,7 @@ impl Units {
                     .zip(versions)
                     .map(|((f, set), v)| entry(v, *set).map(|e| (f.clone(), e)))
                     .collect::<Result<_, _>>()?;
-                let step = write_step(&self.key, &self.stamp, &self.floor, &entries);
+                let step = write_step(&self.keys, &entries);
                 let request =
                     Request::vote("units.write").within(self.client.config().operation_timeout());
                 let tally = self.client.send(request, step).await;
@@ -288,12 +311,7 @@ impl Units {
         node: usize,
     ) -> Result<bool, Error> {
         Name::new("unit", unit)?;
-        let step = write_step(
-            &self.key,
-            &self.stamp,
-            &self.floor,
-            &[(unit.to_string(), entry(version, true)?)],
-        );
+        let step = write_step(&self.keys, &[(unit.to_string(), entry(version, true)?)]);
         let steps =
             crate::client::Steps::per_node(move |ctx| (ctx.node == node).then(|| step.clone()));
         let tally = self
@@ -319,9 +337,10 @@ impl Units {
         };
         if floor_first {
             let step = script_call(&UNITS_GC, Guard::Marker)
-                .key(&self.key)
+                .key(&self.keys.units)
                 .marker_key()
-                .key(&self.floor)
+                .key(&self.keys.floor)
+                .key(&self.keys.log)
                 .marker()
                 .arg("floor")
                 .arg(top + 1)
@@ -339,9 +358,10 @@ impl Units {
         }
         for chunk in candidates.chunks(BATCH) {
             let mut call = script_call(&UNITS_GC, Guard::Marker)
-                .key(&self.key)
+                .key(&self.keys.units)
                 .marker_key()
-                .key(&self.floor)
+                .key(&self.keys.floor)
+                .key(&self.keys.log)
                 .marker()
                 .arg("delete");
             for (field, e) in chunk {
@@ -372,7 +392,7 @@ impl Units {
     /// Every node's register, from a majority (and every node that answers in time).
     async fn read(&self) -> Result<Vec<BTreeMap<String, String>>, Error> {
         let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(&self.key);
+        cmd.arg(&self.keys.units);
         // Decoded off the async runtime (megabytes for a large pool).
         let read = Step::read(vec![cmd], |_, v| Ok(NodeOutcome::Applied(v)));
         let tally = self
@@ -398,6 +418,11 @@ impl Units {
         })
         .await
     }
+}
+
+/// A new change-log epoch id (random, 16 hex digits).
+pub(crate) fn epoch_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 /// The entry of a change at `version`: `version * 2 + 1` for an add, `version * 2` for a
@@ -429,6 +454,14 @@ pub(crate) fn merge_all<'a>(
             }
         }
     }
+    merge_best(best.into_iter())
+}
+
+/// The units present and the settings from the highest entry of every field (as
+/// [`merge_all`] after its per-field maximum).
+pub(crate) fn merge_best<'a>(
+    best: impl Iterator<Item = (&'a str, u64)>,
+) -> (BTreeSet<String>, PoolSettings) {
     let mut units = BTreeSet::new();
     let mut settings = PoolSettings::default();
     // Per unit, the pin field with the highest entry: (entry, member).
@@ -486,15 +519,19 @@ fn removals_everywhere(all: &[BTreeMap<String, String>]) -> Vec<(String, u64)> {
 /// `units.lua` for these entries, marker-guarded; the node's change stamp starts at a random
 /// value where missing (so a restarted count never repeats one a leader saw). Applied with
 /// the number of entries raised; rejected with -1 (marker) or [`BELOW_FLOOR`].
-fn write_step(key: &str, stamp: &str, floor: &str, entries: &[(String, u64)]) -> Step<i64> {
+fn write_step(keys: &UnitKeys, entries: &[(String, u64)]) -> Step<i64> {
     let start = rand::random::<u64>() >> 24;
     let mut call = script_call(&UNITS, Guard::Marker)
-        .key(key)
+        .key(&keys.units)
         .marker_key()
-        .key(stamp)
-        .key(floor)
+        .key(&keys.stamp)
+        .key(&keys.floor)
+        .key(&keys.log)
+        .key(&keys.epoch)
+        .key(fixed_key(KeyKind::Marked))
         .marker()
-        .arg(start);
+        .arg(start)
+        .arg(epoch_id());
     for (unit, e) in entries {
         call = call.arg(unit).arg(*e);
     }
@@ -534,12 +571,8 @@ mod tests {
 
     #[test]
     fn a_write_is_a_marker_guarded_script_with_its_entries() {
-        let step = write_step(
-            "rq:units:p",
-            "rq:ustamp:p",
-            "rq:ufloor:p",
-            &[("a".into(), 3), ("b".into(), 4)],
-        );
+        let keys = UnitKeys::new(&Name::new("pool", "p").expect("name"));
+        let step = write_step(&keys, &[("a".into(), 3), ("b".into(), 4)]);
         assert!(step.is_guarded());
         let args = step.args_for_tests("r/c");
         assert_eq!(args[0], "r/c");
@@ -547,7 +580,8 @@ mod tests {
             args[1].parse::<u64>().is_ok_and(|s| s < 1 << 40),
             "stamp start"
         );
-        assert_eq!(args[2..], ["a", "3", "b", "4"]);
+        assert_eq!(args[2].len(), 16, "a new epoch id");
+        assert_eq!(args[3..], ["a", "3", "b", "4"]);
     }
 
     #[test]

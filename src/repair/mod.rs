@@ -335,6 +335,7 @@ impl Mark {
         .marker_key()
         .key(fixed_key(KeyKind::Cluster))
         .key(fixed_key(KeyKind::RepairClaim))
+        .key(fixed_key(KeyKind::Marked))
         .arg(&self.marker)
         .arg(&self.descriptor)
         .arg(&self.claim)

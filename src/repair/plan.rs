@@ -300,6 +300,13 @@ mod tests {
         );
         assert_eq!(classify("rq:pview:p"), Some(Kind::View));
         assert_eq!(classify("rq:ustamp:p"), None, "a stamp is not copied");
+        for derived in ["rq:ulog:p", "rq:uepoch:p", "rq:marked"] {
+            assert_eq!(
+                classify(derived),
+                None,
+                "{derived}: a node's change log and its epoch describe that node's own history"
+            );
+        }
     }
 
     #[test]

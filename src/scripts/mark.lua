@@ -6,6 +6,9 @@
 -- KEYS[1]  the node marker (rq:marker).
 -- KEYS[2]  the cluster descriptor (rq:cluster).
 -- KEYS[3]  the repair claim (rq:repairing).
+-- KEYS[4]  the node's last repair nonce (rq:marked): set to the claim nonce, so state derived
+--          from the node's history since a repair (a pool's change log, units.lua) knows a copy
+--          may have written keys without it.
 -- ARGV[1]  the marker to write.
 -- ARGV[2]  the descriptor to write.
 -- ARGV[3]  the repairer's claim nonce: the claim must hold it (it is then deleted).
@@ -16,5 +19,6 @@ if redis.call('GET', KEYS[3]) ~= ARGV[3] then
 end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[4], ARGV[3])
 redis.call('DEL', KEYS[3])
 return 1

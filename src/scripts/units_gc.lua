@@ -6,6 +6,7 @@
 -- KEYS[1]  the pool's units (rq:units:<pool>): a hash, field -> decimal integer entry.
 -- KEYS[2]  the node marker (rq:marker), see id_propose.lua.
 -- KEYS[3]  the pool's collection floor (rq:ufloor:<pool>), see units.lua.
+-- KEYS[4]  the pool's change log (rq:ulog:<pool>), see units.lua: a deleted field leaves it.
 -- ARGV[1]  expected marker, or "*" (test-only).
 -- ARGV[2]  "floor": raise the floor to ARGV[3] (never lowered);
 --          "delete": ARGV[2k+1], ARGV[2k+2] (k >= 1) a field and the entry it must still hold.
@@ -30,6 +31,7 @@ for i = 3, #ARGV - 1, 2 do
   rq_arg(ARGV[i + 1], 'entry')
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
     deleted = deleted + redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[4], ARGV[i])
   end
 end
 return deleted

@@ -152,3 +152,43 @@ pub mod workload {
         }
     }
 }
+
+/// The node's run_id, read directly.
+pub async fn run_id(node: &redquorum_testkit::TestNode) -> String {
+    let mut con = node.direct_connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut con)
+        .await
+        .expect("INFO server");
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|s| s.trim().to_string())
+        .expect("INFO server has a run_id")
+}
+
+/// Wait until some client has repaired the node (its marker names its current run_id).
+pub async fn wait_repaired(node: &redquorum_testkit::TestNode, trigger: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        // Any voting operation notices a quarantined node and repairs it.
+        let _ = trigger.ping().await;
+        let id = run_id(node).await;
+        let mut con = node.direct_connection().await;
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut con)
+            .await
+            .expect("GET marker");
+        // The marker is "<run_id>/<cluster id>".
+        if marker.is_some_and(|m| m.split('/').next() == Some(id.as_str())) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} was not repaired within 20 s",
+            node.index()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
