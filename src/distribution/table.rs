@@ -75,7 +75,10 @@ pub fn distribution_table(inputs: &TableInputs<'_>) -> UnitTable {
 pub(crate) type Table = UnitTable;
 type Inputs<'a> = TableInputs<'a>;
 
-/// Compute the table (see the module docs for the function).
+/// Compute the table (see the module docs for the function). Linear in the units apart from
+/// the sorts by hash: units are handled by their position in the (sorted) unit set, the
+/// previous table is merge-joined with it, each unit's hash is computed once, and the result
+/// is built from pairs already in key order.
 fn compute(inputs: &Inputs<'_>) -> Table {
     let mut members: Vec<&MemberWeight> = inputs.members.iter().collect();
     members.sort_by(|a, b| a.id.cmp(&b.id));
@@ -85,56 +88,81 @@ fn compute(inputs: &Inputs<'_>) -> Table {
         .enumerate()
         .map(|(i, m)| (m.id.as_str(), i))
         .collect();
-    let mut table = Table::new();
+    let units: Vec<&String> = inputs.units.iter().collect();
+    // The owner of each unit, by position; `None` until placed.
+    let mut owner: Vec<Option<usize>> = vec![None; units.len()];
     // Pins first; the rest is shared by weight.
-    let mut free: Vec<&String> = Vec::with_capacity(inputs.units.len());
-    for unit in inputs.units {
-        match inputs.pins.and_then(|p| p.get(unit)) {
-            Some(m) if index.contains_key(m.as_str()) => {
-                table.insert(unit.clone(), m.clone());
+    let mut free: Vec<usize> = Vec::with_capacity(units.len());
+    for (p, unit) in units.iter().enumerate() {
+        match inputs
+            .pins
+            .and_then(|pins| pins.get(*unit))
+            .and_then(|m| index.get(m.as_str()))
+        {
+            Some(i) => owner[p] = Some(*i),
+            None => free.push(p),
+        }
+    }
+    // Each free unit's previous owner, if still a member with a weight: the previous table
+    // and the units are both sorted by unit, so one merge pass finds them all.
+    let mut previous_owner: Vec<Option<usize>> = vec![None; units.len()];
+    if let Some(prev) = inputs.previous {
+        let mut prev = prev.iter().peekable();
+        for (p, unit) in units.iter().enumerate() {
+            while prev.next_if(|(u, _)| u.as_str() < unit.as_str()).is_some() {}
+            if let Some((_, m)) = prev.next_if(|(u, _)| u.as_str() == unit.as_str()) {
+                previous_owner[p] = index
+                    .get(m.as_str())
+                    .copied()
+                    .filter(|i| members[*i].weight > 0);
             }
-            _ => free.push(unit),
         }
     }
     // What each member would keep.
-    let mut kept: Vec<Vec<&String>> = vec![Vec::new(); members.len()];
-    let mut orphans: Vec<&String> = Vec::new();
-    for unit in free {
-        let owner = inputs
-            .previous
-            .and_then(|p| p.get(unit))
-            .and_then(|m| index.get(m.as_str()).copied())
-            .filter(|i| members[*i].weight > 0);
-        match owner {
-            Some(i) => kept[i].push(unit),
-            None => orphans.push(unit),
+    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); members.len()];
+    let mut orphans: Vec<usize> = Vec::new();
+    for p in free {
+        match previous_owner[p] {
+            Some(i) => kept[i].push(p),
+            None => orphans.push(p),
         }
     }
+    let hashes: Vec<u64> = units.iter().map(|u| xxh3_64(u.as_bytes())).collect();
+    // By hash, then by name (names are unique, so the order is total).
+    let by_hash = |a: &usize, b: &usize| {
+        hashes[*a]
+            .cmp(&hashes[*b])
+            .then_with(|| units[*a].cmp(units[*b]))
+    };
     let current: Vec<u64> = kept.iter().map(|k| k.len() as u64).collect();
     let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
-    let units = kept.iter().map(Vec::len).sum::<usize>() + orphans.len();
-    let quotas = quotas(&weights, &current, units as u64);
+    let shared = kept.iter().map(Vec::len).sum::<usize>() + orphans.len();
+    let quotas = quotas(&weights, &current, shared as u64);
     // Release the excess, then place the orphans.
     for (i, units) in kept.iter_mut().enumerate() {
         let q = quotas.get(i).copied().unwrap_or(0) as usize;
         if units.len() > q {
-            units.sort_by_key(|u| (xxh3_64(u.as_bytes()), u.as_str()));
+            units.sort_unstable_by(by_hash);
             orphans.extend(units.drain(q..));
         }
     }
-    orphans.sort_by_key(|u| (xxh3_64(u.as_bytes()), u.as_str()));
+    orphans.sort_unstable_by(by_hash);
     let mut next = orphans.into_iter();
-    for (i, units) in kept.iter().enumerate() {
-        let m = &members[i].id;
-        for unit in units {
-            table.insert((*unit).clone(), m.clone());
+    for (i, kept) in kept.iter().enumerate() {
+        for p in kept {
+            owner[*p] = Some(i);
         }
-        let room = (quotas.get(i).copied().unwrap_or(0) as usize).saturating_sub(units.len());
-        for unit in next.by_ref().take(room) {
-            table.insert(unit.clone(), m.clone());
+        let room = (quotas.get(i).copied().unwrap_or(0) as usize).saturating_sub(kept.len());
+        for p in next.by_ref().take(room) {
+            owner[p] = Some(i);
         }
     }
-    table
+    // Pairs in unit order: the map is built from sorted input.
+    units
+        .iter()
+        .zip(owner)
+        .filter_map(|(u, o)| o.map(|i| ((*u).clone(), members[i].id.clone())))
+        .collect()
 }
 
 /// The quotas of members with `weights` sharing `units` units: each the floor or the ceiling
