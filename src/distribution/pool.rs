@@ -397,6 +397,7 @@ impl PoolTables {
             self.stateless,
             self.pool.clone(),
         );
+        let all_units = units.clone();
         let (planned, by_id) = blocking(move || {
             let inputs = PlanInputs {
                 lists: &lists,
@@ -411,6 +412,18 @@ impl PoolTables {
             Ok(plan::plan(&inputs, |id| pool_list_key(&pool, id)))
         })
         .await?;
+        let owned: u64 = planned.lists.values().map(|r| r.count).sum();
+        let total = all_units.0.len() as u64;
+        if owned < total && !planned.lists.is_empty() {
+            // By design (a drain leaves the weighted members to share the units), but an
+            // operator should hear of it rather than find units silently unworked.
+            tracing::warn!(
+                pool = %self.pool,
+                unowned = total - owned,
+                drained = ?all_units.1.drained,
+                "units owned by nobody: every member present with a weight is drained or away"
+            );
+        }
         let mut cache = self.cache();
         // The leader knows the lists it plans (a field's name is its content's digest): cache
         // them, so it never reads its own lists back.
