@@ -6,8 +6,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::clock::ClockDir;
 use crate::node::pick_host_port;
 use crate::SAFE_ARGS;
 
@@ -26,7 +28,10 @@ const LOG_NAME: &str = "redis-server.log";
 /// N local `redis-server` processes, each started with [`SAFE_ARGS`](crate::SAFE_ARGS), its own
 /// temporary directory (`--dir`, the AOF directory inside) and its own 127.0.0.1 port. There is
 /// no fault proxy: clients reach the processes directly. Faults: [`freeze`](Self::freeze) and
-/// [`thaw`](Self::thaw) (SIGSTOP, SIGCONT).
+/// [`thaw`](Self::thaw) (SIGSTOP, SIGCONT), [`kill`](Self::kill) (SIGKILL) and
+/// [`restart`](Self::restart) (same port, same data), [`wipe_and_restart`](Self::wipe_and_restart)
+/// (data lost), and with [`start_with_clocks`](Self::start_with_clocks) wall-clock steps
+/// ([`step_clock_ms`](Self::step_clock_ms), the `LD_PRELOAD` shim of [`clock`](crate::clock)).
 ///
 /// Dropping it kills every process (SIGKILL, a frozen one too), reaps it and deletes its
 /// directory.
@@ -38,6 +43,8 @@ const LOG_NAME: &str = "redis-server.log";
 /// let urls = nodes.urls(); // "redis://127.0.0.1:PORT", straight to each process
 /// nodes.freeze(2); // SIGSTOP
 /// nodes.thaw(2); // SIGCONT
+/// nodes.kill(1); // SIGKILL, data kept
+/// nodes.restart(1); // same port, same AOF
 /// ```
 #[derive(Debug)]
 pub struct LocalNodes {
@@ -47,16 +54,27 @@ pub struct LocalNodes {
 /// One process and its directory.
 #[derive(Debug)]
 struct LocalNode {
+    index: usize,
     // Drop kills the child first (see `Drop`), then the directory is deleted.
-    child: Child,
+    child: Mutex<Option<Child>>,
     port: u16,
     dir: tempfile::TempDir,
+    clock: Option<ClockDir>,
 }
 
 impl Drop for LocalNode {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut c) = child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl LocalNode {
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -66,7 +84,17 @@ impl LocalNodes {
     /// when `redis-server` is not on `PATH` or a node does not come up.
     pub fn start(n: usize) -> LocalNodes {
         LocalNodes {
-            nodes: (0..n).map(start_node).collect(),
+            nodes: (0..n).map(|i| start_node(i, None)).collect(),
+        }
+    }
+
+    /// As [`start`](Self::start), each process under its own wall clock (the `LD_PRELOAD`
+    /// shim; needs `cc` once to build it), so [`step_clock_ms`](Self::step_clock_ms) works.
+    pub fn start_with_clocks(n: usize) -> LocalNodes {
+        LocalNodes {
+            nodes: (0..n)
+                .map(|i| start_node(i, Some(ClockDir::new())))
+                .collect(),
         }
     }
 
@@ -95,9 +123,69 @@ impl LocalNodes {
         self.node(i).port
     }
 
-    /// The process id of node `i`.
+    /// The process id of node `i`. Panics when it is killed.
     pub fn pid(&self, i: usize) -> u32 {
-        self.node(i).child.id()
+        self.node(i)
+            .child()
+            .as_ref()
+            .map(Child::id)
+            .unwrap_or_else(|| panic!("local node {i} is not running (killed)"))
+    }
+
+    /// Whether node `i`'s process runs (it may be frozen).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.node(i).child().is_some()
+    }
+
+    /// Kill node `i` (SIGKILL, a frozen one too) and reap it; its data stays. No-op when it is
+    /// not running.
+    pub fn kill(&self, i: usize) {
+        if let Some(mut c) = self.node(i).child().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start node `i` again on its port with its data (its AOF), and wait until it answers.
+    /// Kills it first when it runs. Panics when it does not come up (its port taken meanwhile).
+    pub fn restart(&self, i: usize) {
+        self.kill(i);
+        let node = self.node(i);
+        let child = spawn(node.index, node.port, node.dir.path(), node.clock.as_ref())
+            .unwrap_or_else(|e| panic!("local node {i}: restart failed: {e}"));
+        *node.child() = Some(child);
+    }
+
+    /// Kill node `i`, delete its data (AOF and snapshot) and start it again empty on its port.
+    pub fn wipe_and_restart(&self, i: usize) {
+        self.kill(i);
+        let dir = self.node(i).dir.path();
+        for entry in std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("local node {i}: cannot list {dir:?}: {e}"))
+            .flatten()
+        {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == LOG_NAME) {
+                continue;
+            }
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.unwrap_or_else(|e| panic!("local node {i}: cannot delete {path:?}: {e}"));
+        }
+        self.restart(i);
+    }
+
+    /// Step node `i`'s wall clock by `delta_ms` (monotonic clocks untouched). Panics unless the
+    /// nodes were started with [`start_with_clocks`](Self::start_with_clocks).
+    pub fn step_clock_ms(&self, i: usize, delta_ms: i64) {
+        self.node(i)
+            .clock
+            .as_ref()
+            .unwrap_or_else(|| panic!("local node {i} has no clock shim: use start_with_clocks"))
+            .step_ms(delta_ms);
     }
 
     /// Node `i`'s directory (`--dir`: the AOF directory is inside, and the server's log).
@@ -169,34 +257,26 @@ fn args(port: u16, dir: &Path) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
-fn start_node(index: usize) -> LocalNode {
+fn start_node(index: usize, clock: Option<ClockDir>) -> LocalNode {
     let dir = tempfile::Builder::new()
         .prefix(&format!("redquorum-local{index}-"))
         .tempdir()
         .unwrap_or_else(|e| panic!("local node {index}: cannot create a directory: {e}"));
-    let log_path = dir.path().join(LOG_NAME);
     let mut last_error = String::new();
     for _ in 0..START_ATTEMPTS {
         let port = pick_host_port();
-        let log = File::create(&log_path)
-            .unwrap_or_else(|e| panic!("local node {index}: cannot create {log_path:?}: {e}"));
-        let mut child = Command::new(PROGRAM)
-            .args(args(port, dir.path()))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "local node {index}: cannot spawn {PROGRAM} ({e}): it must be on PATH \
-                     (scripts/bench.sh installs Debian's redis-server)"
-                )
-            });
-        match wait_ready(&mut child, port) {
-            Ok(()) => return LocalNode { child, port, dir },
+        match spawn(index, port, dir.path(), clock.as_ref()) {
+            Ok(child) => {
+                return LocalNode {
+                    index,
+                    child: Mutex::new(Some(child)),
+                    port,
+                    dir,
+                    clock,
+                }
+            }
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                last_error = format!("{e}; last log lines:\n{}", tail(&read_log(&log_path)));
+                last_error = e;
                 tracing::debug!(node = index, port, error = %last_error, "local node failed to start, retrying");
             }
         }
@@ -204,6 +284,42 @@ fn start_node(index: usize) -> LocalNode {
     panic!(
         "local node {index}: {PROGRAM} did not start after {START_ATTEMPTS} attempts: {last_error}"
     );
+}
+
+/// Spawn node `index`'s process on `port` with its data in `dir` (and its wall clock), and wait
+/// until it answers; the reason and its last log lines when it does not.
+fn spawn(index: usize, port: u16, dir: &Path, clock: Option<&ClockDir>) -> Result<Child, String> {
+    let log_path = dir.join(LOG_NAME);
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("local node {index}: cannot open {log_path:?}: {e}"))?;
+    let mut command = Command::new(PROGRAM);
+    command
+        .args(args(port, dir))
+        .stdin(Stdio::null())
+        .stdout(log);
+    if let Some(clock) = clock {
+        command.envs(clock.envs());
+    }
+    let mut child = command.spawn().map_err(|e| {
+        format!(
+            "local node {index}: cannot spawn {PROGRAM} ({e}): it must be on PATH \
+             (scripts/bench.sh installs Debian's redis-server)"
+        )
+    })?;
+    match wait_ready(&mut child, port) {
+        Ok(()) => Ok(child),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!(
+                "{e}; last log lines:\n{}",
+                tail(&read_log(&log_path))
+            ))
+        }
+    }
 }
 
 /// Polls PING until the process answers PONG; an error when it exits or after [`READY_TIMEOUT`].
@@ -331,6 +447,40 @@ mod tests {
         assert!(
             ping(port).is_err(),
             "the (frozen) process is gone after drop"
+        );
+    }
+
+    #[test]
+    fn a_killed_node_restarts_with_its_data_a_wiped_one_without_and_clocks_step_per_node() {
+        let nodes = LocalNodes::start_with_clocks(2);
+        let port = nodes.port(0);
+        assert!(command(port, "SET k v").starts_with("+OK"));
+        nodes.kill(0);
+        assert!(!nodes.is_running(0) && ping(port).is_err(), "killed");
+        nodes.restart(0);
+        assert_eq!(nodes.port(0), port, "same port");
+        assert!(
+            command(port, "GET k").contains("v"),
+            "a restart keeps the AOF's data"
+        );
+        nodes.wipe_and_restart(0);
+        assert!(
+            command(port, "GET k").starts_with("$-1"),
+            "a wiped node comes back empty"
+        );
+        let seconds = |i: usize| -> i64 {
+            let reply = command(nodes.port(i), "TIME");
+            reply
+                .lines()
+                .nth(2)
+                .and_then(|l| l.trim().parse().ok())
+                .unwrap_or_else(|| panic!("TIME reply {reply:?}"))
+        };
+        nodes.step_clock_ms(1, 3_600_000);
+        let skew = seconds(1) - seconds(0);
+        assert!(
+            (3_590..=3_610).contains(&skew),
+            "node 1's wall clock is an hour ahead of node 0's: {skew} s"
         );
     }
 }
