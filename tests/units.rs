@@ -369,3 +369,117 @@ async fn the_pool_leader_reads_only_what_changed_and_nothing_a_node_did_not_log(
     );
     assert_eq!(seen.len(), 52, "u-1..u-49, x, y, z");
 }
+
+/// The leader read the units, then a unit is removed and its removal collected on every node
+/// before the leader's next read. `logged`: the collection as `units_gc.lua` makes it (logged
+/// like a change); otherwise as a collection that does not log (raw HDEL and ZREM on each node,
+/// as this crate's first collection did). Returns whether the leader's next read shows the
+/// removed unit.
+async fn removal_collected_between_leader_reads(logged: bool) -> bool {
+    let nodes = redquorum_testkit::LocalNodes::start(3);
+    let urls = nodes.urls();
+    let c = client(&urls).await;
+    let units = Units::new(&c, "p").unwrap();
+    units.add(&names("u", 5)).await.expect("added");
+    let reader = redquorum::LeaderUnitsForTests::new(&c, "p").unwrap();
+    for _ in 0..3 {
+        leader_read(&reader).await;
+    }
+    units.remove(&["u-0".to_string()]).await.expect("removed");
+    if logged {
+        let other = Units::new(&client(&urls).await, "p").unwrap();
+        assert_eq!(other.collect_removed().await.expect("collected"), 1);
+    } else {
+        for url in &urls {
+            let mut conn = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let () = redis::pipe()
+                .cmd("HDEL")
+                .arg("rq:units:p")
+                .arg("u-0")
+                .ignore()
+                .cmd("ZREM")
+                .arg("rq:ulog:p")
+                .arg("u-0")
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+    assert!(
+        !units.list().await.expect("listed").contains("u-0"),
+        "a fresh read does not list u-0"
+    );
+    let (seen, per_node) = leader_read(&reader).await;
+    println!("leader read after the removal and its collection: {per_node:?}");
+    seen.contains("u-0")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_collected_before_the_leader_read_it_stays_removed_for_the_leader() {
+    assert!(
+        !removal_collected_between_leader_reads(true).await,
+        "u-0 was removed (Ok) before the read began: the leader must not see it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_that_does_not_log_hides_the_removal_from_the_leader() {
+    assert!(
+        removal_collected_between_leader_reads(false).await,
+        "with an unlogged collection the leader's copies keep the add: the test above has teeth"
+    );
+}
+
+/// Without the amnesia protection every node answers under the marker "*": the leader's
+/// cursors must still be per node (one shared cursor made a read of nodes 0 and 2 miss a unit
+/// on nodes 1 and 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_cursors_are_per_node_even_when_markers_are_alike() {
+    let nodes = redquorum_testkit::LocalNodes::start(3);
+    let urls = nodes.urls();
+    let cfg = redquorum::Config::from_urls(&urls)
+        .unwrap()
+        .with_amnesia_protection_disabled_for_tests();
+    let c = redquorum::Client::connect(cfg).await.unwrap();
+    let units = Units::new(&c, "q").unwrap();
+    units.add(&["x".to_string()]).await.unwrap();
+    let reader = redquorum::LeaderUnitsForTests::new(&c, "q").unwrap();
+    leader_read(&reader).await;
+    let mut v = 1_000_000u64;
+    for i in 0..5 {
+        for n in [0, 1] {
+            v += 1;
+            assert!(units
+                .replay_add_for_tests(&format!("a{i}"), v, n)
+                .await
+                .unwrap());
+        }
+    }
+    nodes.freeze(2);
+    leader_read(&reader).await;
+    nodes.thaw(2);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    v += 1;
+    for n in [1, 2] {
+        assert!(units.replay_add_for_tests("b", v, n).await.unwrap());
+    }
+    for i in 0..5 {
+        v += 1;
+        assert!(units
+            .replay_add_for_tests(&format!("c{i}"), v, 2)
+            .await
+            .unwrap());
+    }
+    nodes.freeze(1);
+    let (seen, _) = leader_read(&reader).await;
+    nodes.thaw(1);
+    assert!(
+        seen.contains("b"),
+        "b is on nodes 1 and 2 (a majority) but the read of nodes 0 and 2 missed it"
+    );
+}

@@ -8,6 +8,8 @@
 //! - `pool.rs`: the pool's side of its group (the leader's planner, writes, collection, a
 //!   member's load of its own lists);
 //! - `member.rs`: [`PoolMember`], [`PoolOptions`], [`pool_table`];
+//! - `unit_log.rs`: the pool leader's copies of every node's unit register, kept current from
+//!   the nodes' change logs, pure;
 //! - `units.rs`: [`Units`], the units of a pool on the quorum nodes (add, remove, list) and
 //!   its [`PoolSettings`] (pins, drained members).
 
@@ -16,6 +18,7 @@ mod member;
 mod plan;
 mod pool;
 pub(crate) mod table;
+mod unit_log;
 mod units;
 
 #[cfg(feature = "test-util")]

@@ -4,6 +4,7 @@
 //! lists (only its own ID's hash: data proportional to its units).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,28 +23,11 @@ use crate::quorum::NodeOutcome;
 use crate::scripts::{PLIST, UNITS_SINCE};
 
 use super::blocking;
-use super::units::{epoch_id, PoolSettings, UnitKeys};
+use super::unit_log::{self, Mirrors, UnitsAndSettings};
+use super::units::{epoch_id, UnitKeys};
 
 /// List fields per write request.
 const WRITE_BATCH: usize = 512;
-
-/// The units as a leader last read them: the highest entry of every field it has seen on any
-/// node (entries only rise and the highest wins, so the union of all its reads is a valid
-/// merge), and per node incarnation (its marker) the change-log cursor of its last reply.
-#[derive(Default)]
-struct UnitsSeen {
-    /// Marker -> (epoch id, stamp) of that node's last reply.
-    cursors: HashMap<Arc<str>, (String, u64)>,
-    best: HashMap<String, u64>,
-    units: Arc<UnitsAndSettings>,
-    generation: u64,
-    /// The last read, per node that answered: whether it sent its whole register, and how
-    /// many fields it sent (for tests and tracing).
-    last: Vec<(bool, usize)>,
-}
-
-/// A pool's units and its settings (one register).
-type UnitsAndSettings = (BTreeSet<String>, PoolSettings);
 
 /// What the plan was computed from (recomputed only when this changes).
 #[derive(Clone, PartialEq, Eq)]
@@ -61,73 +45,9 @@ type Known = (Arc<BTreeSet<String>>, u64);
 struct LeaderCache {
     /// (ID, field) -> the list, resolved.
     lists: HashMap<(String, String), Known>,
-    units: Option<UnitsSeen>,
     /// IDs whose process is gone, since when (on this leader's clock).
     away: HashMap<String, Instant>,
     last: Option<(Fingerprint, Option<Planned>)>,
-}
-
-/// Fold the replies of `units_since.lua` into what the leader has seen (off the runtime).
-fn fold_units(
-    mut seen: UnitsSeen,
-    replies: Vec<(Arc<str>, redis::Value)>,
-    nodes: usize,
-) -> Result<UnitsSeen, Error> {
-    let bad = |what: &str| Error::Internal(format!("a unit register read: {what}"));
-    let mut changed = seen.generation == 0;
-    if seen.cursors.len() > 4 * nodes.max(1) {
-        // Incarnations long gone (nodes restarted since): keep only this round's.
-        seen.cursors.clear();
-    }
-    seen.last.clear();
-    for (marker, v) in replies {
-        let redis::Value::Array(items) = v else {
-            return Err(bad("not an array"));
-        };
-        let mut items = items.into_iter();
-        let mode: i64 = items
-            .next()
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(|e| bad(&e.to_string()))?
-            .ok_or_else(|| bad("empty"))?;
-        let id: String = items
-            .next()
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(|e| bad(&e.to_string()))?
-            .ok_or_else(|| bad("no epoch"))?;
-        let stamp: u64 = items
-            .next()
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(|e| bad(&e.to_string()))?
-            .ok_or_else(|| bad("no stamp"))?;
-        let mut fields = 0;
-        while let (Some(f), Some(e)) = (items.next(), items.next()) {
-            fields += 1;
-            let field: String = redis::from_redis_value(f).map_err(|e| bad(&e.to_string()))?;
-            let entry: String = redis::from_redis_value(e).map_err(|e| bad(&e.to_string()))?;
-            // An entry that does not parse is ignored (units.lua refuses to raise it).
-            let Ok(entry) = entry.parse::<u64>() else {
-                continue;
-            };
-            let best = seen.best.entry(field).or_insert(0);
-            if entry > *best {
-                *best = entry;
-                changed = true;
-            }
-        }
-        seen.cursors.insert(marker, (id, stamp));
-        seen.last.push((mode == 2, fields));
-    }
-    if changed {
-        seen.units = Arc::new(super::units::merge_best(
-            seen.best.iter().map(|(f, e)| (f.as_str(), *e)),
-        ));
-        seen.generation += 1;
-    }
-    Ok(seen)
 }
 
 /// A pool's side of its group (see the module docs).
@@ -138,6 +58,11 @@ pub(crate) struct PoolTables {
     grace: Duration,
     stateless: bool,
     leader: Mutex<LeaderCache>,
+    /// The leader's copies of every node's unit register (one reader at a time).
+    mirrors: tokio::sync::Mutex<Mirrors>,
+    /// Raised whenever the merged units change; never reset (a plan cached under an older
+    /// value is never reused for other units, even after the copies were lost).
+    generation: AtomicU64,
     /// This member's resolved lists: field -> units.
     mine: Mutex<HashMap<String, Arc<BTreeSet<String>>>>,
     /// When this member (as leader) last collected the pool's removed units.
@@ -158,6 +83,8 @@ impl PoolTables {
             grace,
             stateless,
             leader: Mutex::default(),
+            mirrors: tokio::sync::Mutex::default(),
+            generation: AtomicU64::new(0),
             mine: Mutex::default(),
             last_gc: Mutex::default(),
         }
@@ -173,28 +100,24 @@ impl PoolTables {
         self.leader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pool's units and settings, from a majority: each node sends only the fields raised
+    /// The pool's units and settings, from a majority: each node sends only the fields changed
     /// since this leader's last read of it (`units_since.lua`: its change log), or its whole
-    /// register when the leader has no valid cursor there (first read, node restarted or
-    /// repaired, a write that did not log). So a unit change costs the leader O(change), not
-    /// O(pool), and an idle pool costs one small reply per node.
-    ///
-    /// Why nothing is missed: a field raised on a majority before this read starts is on some
-    /// node of the majority that answers; that node's reply either holds it (raised after the
-    /// cursor) or the reply that set the cursor did, and every reply is folded into `best`.
+    /// register when the leader holds no valid cursor there (first read, node restarted or
+    /// repaired, a write that did not log); the leader keeps a copy of each node's register and
+    /// merges the copies of the nodes that answered (`unit_log.rs`). So a unit change costs the
+    /// leader O(change) on the wire, and an idle pool one small reply per node.
     async fn units(&self) -> Result<(Arc<UnitsAndSettings>, u64), Error> {
-        let cursors: Arc<HashMap<Arc<str>, (String, u64)>> = Arc::new(
-            self.cache()
-                .units
-                .as_ref()
-                .map(|u| u.cursors.clone())
-                .unwrap_or_default(),
-        );
+        let mut guard = self.mirrors.lock().await;
+        let snapshot = Arc::new(guard.cursors());
         let keys = self.keys.clone();
         let new_epoch = epoch_id();
         let start = rand::random::<u64>() >> 24;
         let steps = Steps::per_node(move |ctx| {
-            let (id, stamp) = cursors.get(&ctx.marker).cloned().unwrap_or_default();
+            let (id, stamp) = snapshot
+                .get(&ctx.node)
+                .filter(|(marker, _, _)| *marker == ctx.marker)
+                .map(|(_, id, stamp)| (id.clone(), *stamp))
+                .unwrap_or_default();
             Some(
                 script_call(&UNITS_SINCE, Guard::Marker)
                     .key(&keys.units)
@@ -210,34 +133,57 @@ impl PoolTables {
                     .arg(start)
                     .decode(|ctx, v| {
                         // Decoded off the async runtime (a whole register is megabytes):
-                        // only the refusal is recognised here.
-                        if let redis::Value::Array(items) = &v {
-                            if items.len() == 1 {
-                                return Ok(NodeOutcome::Rejected((ctx.marker.clone(), v)));
-                            }
-                        }
-                        Ok(NodeOutcome::Applied((ctx.marker.clone(), v)))
+                        // only the refusal ({-1}) is recognised here.
+                        let refused = matches!(&v, redis::Value::Array(items) if items.len() == 1);
+                        let reply = (ctx.node, ctx.marker.clone(), v);
+                        Ok(if refused {
+                            NodeOutcome::Rejected(reply)
+                        } else {
+                            NodeOutcome::Applied(reply)
+                        })
                     }),
             )
         });
-        let tally = self
-            .client
-            .decide(Request::vote("pool.units.read").within(self.bulk()), steps)
-            .await?;
-        let replies: Vec<(Arc<str>, redis::Value)> = tally
+        // Late replies are kept a little (a node never awaited would never get a cursor and
+        // send its whole register every time).
+        let request = Request::vote("pool.units.read")
+            .within(self.bulk())
+            .linger(self.client.config().node_timeout());
+        let tally = self.client.decide(request, steps).await?;
+        let replies: Vec<(usize, Arc<str>, redis::Value)> = tally
             .results()
             .iter()
             .filter(|r| r.outcome.is_applied())
             .filter_map(|r| r.outcome.reply().cloned())
             .collect();
-        let nodes = self.client.node_urls().len();
-        let previous = self.cache().units.take();
-        let seen =
-            blocking(move || fold_units(previous.unwrap_or_default(), replies, nodes)).await?;
-        let out = (seen.units.clone(), seen.generation);
-        tracing::trace!(pool = %self.pool, per_node = ?seen.last, "pool leader read the units");
-        self.cache().units = Some(seen);
-        Ok(out)
+        let needed = self.client.majority().needed();
+        let pool = self.pool.clone();
+        // Moved out for the fold; a cancelled fold leaves fresh copies (whole reads next time).
+        let mut mirrors = std::mem::take(&mut *guard);
+        let (mirrors, folded) = blocking(move || {
+            let decoded = replies
+                .into_iter()
+                .filter_map(|(node, marker, v)| match unit_log::decode(node, marker, v) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::warn!(pool = %pool, node, error = %e, "a unit register reply does not decode: not counted");
+                        None
+                    }
+                })
+                .collect();
+            let folded = mirrors.fold(decoded, needed);
+            Ok((mirrors, folded))
+        })
+        .await?;
+        *guard = mirrors;
+        tracing::trace!(pool = %self.pool, per_node = ?guard.last, "pool leader read the units");
+        let changed = folded.map_err(|e| Error::Internal(format!("pool units read: {e}")))?;
+        let generation = if changed {
+            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            self.generation.load(Ordering::SeqCst)
+        };
+        Ok((guard.units(), generation))
     }
 
     /// TEST ONLY: the leader's read of the units ([`PoolTables::units`]) and, per node that
@@ -247,12 +193,7 @@ impl PoolTables {
         &self,
     ) -> Result<(BTreeSet<String>, Vec<(bool, usize)>), Error> {
         let (units, _) = self.units().await?;
-        let last = self
-            .cache()
-            .units
-            .as_ref()
-            .map(|u| u.last.clone())
-            .unwrap_or_default();
+        let last = self.mirrors.lock().await.last.clone();
         Ok((units.0.clone(), last))
     }
 

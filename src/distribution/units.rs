@@ -341,6 +341,8 @@ impl Units {
                 .marker_key()
                 .key(&self.keys.floor)
                 .key(&self.keys.log)
+                .key(&self.keys.stamp)
+                .key(&self.keys.epoch)
                 .marker()
                 .arg("floor")
                 .arg(top + 1)
@@ -362,6 +364,8 @@ impl Units {
                 .marker_key()
                 .key(&self.keys.floor)
                 .key(&self.keys.log)
+                .key(&self.keys.stamp)
+                .key(&self.keys.epoch)
                 .marker()
                 .arg("delete");
             for (field, e) in chunk {

@@ -6,10 +6,17 @@
 -- KEYS[1]  the pool's units (rq:units:<pool>): a hash, field -> decimal integer entry.
 -- KEYS[2]  the node marker (rq:marker), see id_propose.lua.
 -- KEYS[3]  the pool's collection floor (rq:ufloor:<pool>), see units.lua.
--- KEYS[4]  the pool's change log (rq:ulog:<pool>), see units.lua: a deleted field leaves it.
+-- KEYS[4]  the pool's change log (rq:ulog:<pool>), see units.lua.
+-- KEYS[5]  the pool's change stamp (rq:ustamp:<pool>), see units.lua.
+-- KEYS[6]  the log's epoch (rq:uepoch:<pool>), see units.lua.
 -- ARGV[1]  expected marker, or "*" (test-only).
 -- ARGV[2]  "floor": raise the floor to ARGV[3] (never lowered);
 --          "delete": ARGV[2k+1], ARGV[2k+2] (k >= 1) a field and the entry it must still hold.
+--
+-- A deletion is a change like any other for a pool leader reading the change log: the stamp
+-- is raised once and every deleted field is logged at the new stamp (units_since.lua sends it
+-- with an empty entry, so the leader's copy of this node drops it); `through` moves with it only
+-- when the log was complete before.
 --
 -- Returns  "floor": 1; "delete": the number of fields deleted; -1 when the marker check
 --          failed (nothing changed). An error reply for a malformed argument.
@@ -26,12 +33,23 @@ end
 if ARGV[2] ~= 'delete' then
   return redis.error_reply('ERR rq: bad mode ' .. tostring(ARGV[2]))
 end
-local deleted = 0
+local gone = {}
 for i = 3, #ARGV - 1, 2 do
   rq_arg(ARGV[i + 1], 'entry')
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    deleted = deleted + redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('ZREM', KEYS[4], ARGV[i])
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    gone[#gone + 1] = ARGV[i]
   end
 end
-return deleted
+if #gone > 0 then
+  local before = rq_stored(redis.call('GET', KEYS[5]), KEYS[5])
+  local stamp = redis.call('INCR', KEYS[5])
+  local s = string.format('%d', stamp)
+  for _, f in ipairs(gone) do
+    redis.call('ZADD', KEYS[4], s, f)
+  end
+  if rq_int(redis.call('HGET', KEYS[6], 'through')) == before then
+    redis.call('HSET', KEYS[6], 'through', s)
+  end
+end
+return #gone

@@ -14,12 +14,13 @@
 -- ARGV[4]  a new epoch id (random), used if the log (re)starts here.
 -- ARGV[5]  the stamp's start where missing: a random decimal integer below 2^40.
 --
--- Returns  {1, id, stamp, field, entry, ...}  a delta: every field raised since ARGV[3] under
---                                             epoch ARGV[2] (every write since logged it).
---          {2, id, stamp, field, entry, ...}  the whole register (the reader has no valid
---                                             cursor here, or the log restarted: a restart,
---                                             a repair, a write that did not log).
---          {-1}                               marker missing or stale: the node may not vote.
+-- Returns  {1, id, stamp, since, field, entry, ...}  a delta: every field changed since
+--                                 ARGV[3] (= since) under epoch ARGV[2] (every write since
+--                                 logged it); a field collected since has the entry "".
+--          {2, id, stamp, 0, field, entry, ...}  the whole register (the reader has no valid
+--                                 cursor here, or the log restarted: a restart, a repair, a
+--                                 write that did not log).
+--          {-1}                   marker missing or stale: the node may not vote.
 -- A reader whose cursor is (id, stamp) after a reply has seen every field of this node as of
 -- that reply: the log holds every field raised under its epoch (units.lua), and a new epoch
 -- is only ever handed out with the whole register.
@@ -39,15 +40,12 @@ local valid = ep[1] and ep[2] == bind and rq_int(ep[3]) == stamp
 if valid and ep[1] == ARGV[2] then
   local since = rq_arg(ARGV[3], 'stamp')
   if since <= stamp then
-    local out = {1, ep[1], stamp}
+    local out = {1, ep[1], stamp, since}
     if since < stamp then
       local fields = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. ARGV[3], '+inf')
       for _, f in ipairs(fields) do
-        local e = redis.call('HGET', KEYS[1], f)
-        if e then
-          out[#out + 1] = f
-          out[#out + 1] = e
-        end
+        out[#out + 1] = f
+        out[#out + 1] = redis.call('HGET', KEYS[1], f) or ''
       end
     end
     return out
@@ -59,7 +57,7 @@ if not valid then
   redis.call('HSET', KEYS[5], 'id', ARGV[4], 'bind', bind, 'through', string.format('%d', stamp))
   id = ARGV[4]
 end
-local out = {2, id, stamp}
+local out = {2, id, stamp, 0}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all do
   out[#out + 1] = all[i]
