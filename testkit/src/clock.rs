@@ -42,49 +42,51 @@ const OFFSET_NAME: &str = "offset";
 /// Panics when `cc` is missing or fails (with its output).
 pub fn shim_library() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            SHIM_SOURCE.hash(&mut h);
-            h.finish()
-        };
-        let dir = std::env::temp_dir();
-        let target = dir.join(format!("redquorum-clockstep-{hash:016x}.so"));
-        if target.exists() {
-            return target;
-        }
-        let build = tempfile::Builder::new()
-            .prefix("redquorum-clockstep-build-")
-            .tempdir_in(&dir)
-            .unwrap_or_else(|e| {
-                panic!("clock shim: cannot create a build directory in {dir:?}: {e}")
-            });
-        let src = build.path().join("clockstep.c");
-        let out_file = build.path().join(LIBRARY_NAME);
-        std::fs::write(&src, SHIM_SOURCE)
-            .unwrap_or_else(|e| panic!("clock shim: cannot write its source to {src:?}: {e}"));
-        let out = std::process::Command::new("cc")
-            .args(["-O2", "-shared", "-fPIC", "-o"])
-            .arg(&out_file)
-            .arg(&src)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("clock shim: cannot run `cc` (is a C compiler installed?): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "clock shim: `cc -O2 -shared -fPIC` failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Atomic on one file system: a racing process renames an identical file over it.
-        std::fs::rename(&out_file, &target)
-            .unwrap_or_else(|e| panic!("clock shim: cannot move it into {target:?}: {e}"));
-        target
-    })
-    .clone()
+    PATH.get_or_init(|| build_shim("clockstep", SHIM_SOURCE))
+        .clone()
+}
+
+/// Compile the shim `name` from `source` (see [`shim_library`]): `<temp dir>/redquorum-<name>-
+/// <hash of the source>.so`.
+pub(crate) fn build_shim(name: &str, source: &str) -> PathBuf {
+    let hash = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        source.hash(&mut h);
+        h.finish()
+    };
+    let dir = std::env::temp_dir();
+    let target = dir.join(format!("redquorum-{name}-{hash:016x}.so"));
+    if target.exists() {
+        return target;
+    }
+    let build = tempfile::Builder::new()
+        .prefix(&format!("redquorum-{name}-build-"))
+        .tempdir_in(&dir)
+        .unwrap_or_else(|e| panic!("{name} shim: cannot create a build directory in {dir:?}: {e}"));
+    let src = build.path().join(format!("{name}.c"));
+    let out_file = build.path().join(format!("{name}.so"));
+    std::fs::write(&src, source)
+        .unwrap_or_else(|e| panic!("{name} shim: cannot write its source to {src:?}: {e}"));
+    let out = std::process::Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&out_file)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{name} shim: cannot run `cc` (is a C compiler installed?): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{name} shim: `cc -O2 -shared -fPIC` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Atomic on one file system: a racing process renames an identical file over it.
+    std::fs::rename(&out_file, &target)
+        .unwrap_or_else(|e| panic!("{name} shim: cannot move it into {target:?}: {e}"));
+    target
 }
 
 /// One stepped wall clock: a private directory holding a copy of the shim (`clockstep.so`)

@@ -40,12 +40,13 @@ pub mod checker;
 pub mod clock;
 mod local;
 mod node;
+pub mod portmap;
 mod proxy;
 pub mod record;
 
 pub use local::LocalNodes;
 pub use node::TestNode;
-pub use proxy::FaultMode;
+pub use proxy::{FaultMode, FaultProxy};
 
 /// The image `scripts/build-redis-image.sh` builds by default.
 pub const DEFAULT_IMAGE: &str = "redquorum-redis:7.0";

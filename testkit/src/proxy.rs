@@ -54,15 +54,20 @@ const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const QUEUE_CHUNKS: usize = 256;
 
 /// A running proxy. Dropping it stops accepting and closes every proxied connection.
-pub(crate) struct FaultProxy {
+///
+/// [`TestNode`](crate::TestNode) puts one in front of each container; a fault campaign puts
+/// one per (client, node) in front of [`LocalNodes`](crate::LocalNodes), so it can cut one
+/// client off from some nodes while the others still reach them.
+pub struct FaultProxy {
     addr: SocketAddr,
     state: watch::Sender<State>,
     accept_task: tokio::task::AbortHandle,
 }
 
 impl FaultProxy {
-    /// Listens on 127.0.0.1:0 and forwards every accepted connection to `upstream`.
-    pub(crate) async fn start(upstream: SocketAddr, label: &str) -> FaultProxy {
+    /// Listens on 127.0.0.1:0 and forwards every accepted connection to `upstream`. Panics
+    /// when it cannot listen.
+    pub async fn start(upstream: SocketAddr, label: &str) -> FaultProxy {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .unwrap_or_else(|e| panic!("{label}: fault proxy could not listen on 127.0.0.1: {e}"));
@@ -81,24 +86,39 @@ impl FaultProxy {
         }
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(crate) fn set_mode(&self, mode: FaultMode) {
+    /// Change what the proxy does with the traffic (applies to live connections too).
+    pub fn set_mode(&self, mode: FaultMode) {
         self.state.send_modify(|s| s.mode = mode);
     }
 
-    pub(crate) fn mode(&self) -> FaultMode {
+    /// What the proxy does now.
+    pub fn mode(&self) -> FaultMode {
         self.state.borrow().mode
     }
 
-    pub(crate) fn set_latency(&self, latency: Duration) {
+    /// Delay every chunk by `latency` in each direction.
+    pub fn set_latency(&self, latency: Duration) {
         self.state.send_modify(|s| s.latency = latency);
     }
 
-    pub(crate) fn latency(&self) -> Duration {
+    /// The added latency.
+    pub fn latency(&self) -> Duration {
         self.state.borrow().latency
+    }
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("addr", &self.addr)
+            .field("mode", &self.mode())
+            .field("latency", &self.latency())
+            .finish()
     }
 }
 

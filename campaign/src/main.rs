@@ -1,0 +1,246 @@
+//! `rq-campaign`: the fault campaign (`scripts/campaign.sh`).
+//!
+//! `rq-campaign run [--seed S] [--quick|--long]` starts local `redis-server` nodes, workload
+//! processes (`rq-campaign worker ...`) and `redquorum` CLI processes, plays a seeded fault
+//! schedule (the nemesis), checks the recorded histories and prints a summary whose last line
+//! is exactly `campaign: seed=<s> operations=<n> faults=<n> violations=<n>`. It exits 1 when a
+//! violation was found. The same seed replays the same schedule of faults and operations
+//! (timing aside).
+
+mod history;
+mod plant;
+mod run;
+mod schedule;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "rq-campaign", about = "redquorum's fault campaign")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a campaign and print its summary.
+    Run {
+        /// The seed (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// The CI campaign: about a minute of faults.
+        #[arg(long, conflicts_with = "long")]
+        quick: bool,
+        /// The README's campaign: twenty minutes of faults.
+        #[arg(long)]
+        long: bool,
+        /// How long the workloads run under faults (overrides --quick/--long).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Nodes (3 or 5).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// ID workload processes.
+        #[arg(long, default_value_t = 3)]
+        id_workers: usize,
+        /// The redquorum binary (default: next to this one).
+        #[arg(long)]
+        redquorum: Option<PathBuf>,
+        /// Plant a bug (switch a protection off) in every workload process.
+        #[arg(long)]
+        plant: Option<plant::Plant>,
+        /// Allow more than a minority of nodes faulty at once (reports what breaks).
+        #[arg(long)]
+        beyond_minority: bool,
+        /// Where the records go (default: a temporary directory, kept when a violation is
+        /// found).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// A workload process (started by `run`).
+    #[command(subcommand, hide = true)]
+    Worker(WorkerCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum WorkerCommand {
+    /// IDs in a loop.
+    Ids {
+        #[arg(long)]
+        nodes: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long, default_value = "campaign")]
+        sequence: String,
+        #[arg(long)]
+        plant: Option<plant::Plant>,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 20m)"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CAMPAIGN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Worker(WorkerCommand::Ids {
+            nodes,
+            out,
+            seed,
+            sequence,
+            plant,
+        }) => {
+            let urls: Vec<String> = nodes.split(',').map(String::from).collect();
+            match worker::ids(&urls, &sequence, &out, seed, plant).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rq-campaign worker: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Run {
+            seed,
+            quick,
+            long,
+            duration,
+            nodes,
+            id_workers,
+            redquorum,
+            plant,
+            beyond_minority,
+            dir,
+        } => {
+            let seed = seed.unwrap_or_else(rand::random);
+            let duration = duration.unwrap_or(if long {
+                Duration::from_secs(20 * 60)
+            } else if quick {
+                Duration::from_secs(60)
+            } else {
+                Duration::from_secs(180)
+            });
+            let redquorum = redquorum.unwrap_or_else(|| {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(|d| d.join("redquorum")))
+                    .unwrap_or_else(|| PathBuf::from("redquorum"))
+            });
+            println!(
+                "campaign: seed {seed} (replay with --seed {seed}), {nodes} nodes, {} of faults{}",
+                humantime::format_duration(duration),
+                plant
+                    .map(|p| format!(", planted bug: {p}"))
+                    .unwrap_or_default()
+            );
+            let temp = match &dir {
+                Some(_) => None,
+                None => match tempfile_dir() {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        eprintln!("rq-campaign: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            let dir = dir.unwrap_or_else(|| temp.clone().unwrap_or_default());
+            let opts = run::Options {
+                seed,
+                duration,
+                nodes,
+                id_workers,
+                redquorum,
+                plant,
+                beyond_minority,
+            };
+            match run::run(opts, &dir).await {
+                Ok(outcome) => {
+                    let violations = outcome.violations.len();
+                    print_summary(seed, &outcome);
+                    if let Some(p) = plant {
+                        let caught = outcome.violations.iter().any(|(g, _)| *g == p.breaks());
+                        println!(
+                            "planted bug {p} (breaks {}): {}",
+                            p.breaks(),
+                            if caught { "caught" } else { "NOT caught" }
+                        );
+                    }
+                    if violations > 0 {
+                        println!("records kept in {}", dir.display());
+                    } else if let Some(t) = temp {
+                        let _ = std::fs::remove_dir_all(t);
+                    }
+                    let operations: u64 =
+                        outcome.operations.values().map(|(ok, err)| ok + err).sum();
+                    let faults: u64 = outcome.faults.values().sum();
+                    println!(
+                        "campaign: seed={seed} operations={operations} faults={faults} violations={violations}"
+                    );
+                    if violations > 0 {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("rq-campaign: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+/// A fresh directory for the records.
+fn tempfile_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "rq-campaign-{}-{}",
+        std::process::id(),
+        redquorum_testkit::record::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn print_summary(seed: u64, o: &run::Outcome) {
+    println!();
+    println!("| operations | ok | failed |");
+    println!("|---|---|---|");
+    for (kind, (ok, err)) in &o.operations {
+        println!("| {kind} | {ok} | {err} |");
+    }
+    println!();
+    println!("| faults | count |");
+    println!("|---|---|");
+    for (kind, n) in &o.faults {
+        println!("| {kind} | {n} |");
+    }
+    println!();
+    println!("| guarantee | violations |");
+    println!("|---|---|");
+    let count = |g: &str| o.violations.iter().filter(|(x, _)| *x == g).count();
+    println!("| ids: unique, in real-time order | {} |", count("ids"));
+    for (g, v) in &o.violations {
+        println!("violation ({g}): {v}");
+    }
+    println!();
+    println!(
+        "availability: {:.1}% of operations succeeded while a fault was active, {:.1}% while none was (seed {seed})",
+        o.availability.0 * 100.0,
+        o.availability.1 * 100.0
+    );
+}

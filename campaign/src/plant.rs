@@ -1,0 +1,64 @@
+//! Planted bugs: a test-only switch per protection, passed to every workload process, so the
+//! campaign can show that its checkers catch what the protection prevents.
+
+use std::fmt;
+use std::str::FromStr;
+
+use redquorum::Config;
+
+/// A protection switched off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plant {
+    /// A quorum of N/2 (two disjoint "majorities" of one node each at N = 3... rounded down,
+    /// at least 1): clients cut off from different nodes both decide.
+    QuorumHalf,
+    /// No quarantine of a node that lost its data: a wiped node votes at once.
+    NoQuarantine,
+}
+
+impl Plant {
+    /// Every planted bug, for the table test.
+    pub const ALL: [Plant; 2] = [Plant::QuorumHalf, Plant::NoQuarantine];
+
+    /// The guarantee a campaign with this bug must report broken.
+    pub fn breaks(&self) -> &'static str {
+        match self {
+            Plant::QuorumHalf | Plant::NoQuarantine => "ids",
+        }
+    }
+
+    /// The client configuration with the protection switched off.
+    pub fn apply(&self, config: Config, nodes: usize) -> Config {
+        match self {
+            Plant::QuorumHalf => config.with_unsafe_quorum_for_tests((nodes / 2).max(1)),
+            Plant::NoQuarantine => config.with_amnesia_protection_disabled_for_tests(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Plant::QuorumHalf => "quorum-half",
+            Plant::NoQuarantine => "no-quarantine",
+        }
+    }
+}
+
+impl fmt::Display for Plant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Plant {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Plant, String> {
+        Plant::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Plant::ALL.iter().map(Plant::name).collect();
+                format!("unknown planted bug {s:?}: one of {}", names.join(", "))
+            })
+    }
+}

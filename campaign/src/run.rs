@@ -1,0 +1,349 @@
+//! The campaign's orchestrator: local `redis-server` nodes (each client reaches them through
+//! its own fault proxies), the workload processes, the nemesis playing the seeded schedule,
+//! then the checkers and the summary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use redquorum_testkit::record::{monotonic_ns, MonotonicOrigin};
+use redquorum_testkit::{portmap, FaultMode, FaultProxy, LocalNodes};
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use crate::history::{self, Call};
+use crate::plant::Plant;
+use crate::schedule::{self, Fault, Planned, Settings};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The seed of the schedule and of the workloads.
+    pub seed: u64,
+    /// How long the workloads run under faults.
+    pub duration: Duration,
+    /// Nodes.
+    pub nodes: usize,
+    /// ID workload processes.
+    pub id_workers: usize,
+    /// The `redquorum` binary (for the CLI client).
+    pub redquorum: PathBuf,
+    /// A planted bug, if any.
+    pub plant: Option<Plant>,
+    /// Allow more than a minority faulty.
+    pub beyond_minority: bool,
+}
+
+/// What a campaign found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Operations by kind: (ok, failed).
+    pub operations: BTreeMap<&'static str, (u64, u64)>,
+    /// Faults by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Violations by guarantee, each with its description.
+    pub violations: Vec<(&'static str, String)>,
+    /// Share of operations that succeeded while some fault was active, and while none was.
+    pub availability: (f64, f64),
+}
+
+/// One client: its proxies to every node, and (for a workload process) the process.
+struct ClientSlot {
+    name: String,
+    proxies: Vec<FaultProxy>,
+    child: Option<Child>,
+    records: Vec<PathBuf>,
+    incarnations: usize,
+}
+
+impl ClientSlot {
+    /// The process environment that routes its connections to the nodes' ports through this
+    /// client's proxies (every client lists the same node URLs).
+    fn envs(&self, nodes: &LocalNodes) -> [(String, String); 2] {
+        let map: Vec<(u16, u16)> = self
+            .proxies
+            .iter()
+            .enumerate()
+            .map(|(n, p)| (nodes.port(n), p.addr().port()))
+            .collect();
+        portmap::envs(&map)
+    }
+}
+
+struct Campaign {
+    opts: Options,
+    nodes: Arc<LocalNodes>,
+    dir: PathBuf,
+    clients: Vec<ClientSlot>,
+}
+
+/// Run a campaign (see the module docs).
+pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
+    let nodes = Arc::new(
+        tokio::task::spawn_blocking({
+            let n = opts.nodes;
+            move || LocalNodes::start_with_clocks(n)
+        })
+        .await
+        .map_err(|e| e.to_string())?,
+    );
+    let mut clients = Vec::new();
+    // Workload processes, then the CLI client (its proxies only; it runs short processes).
+    for c in 0..=opts.id_workers {
+        let mut proxies = Vec::new();
+        for n in 0..opts.nodes {
+            proxies.push(FaultProxy::start(nodes.addr(n), &format!("client {c} node {n}")).await);
+        }
+        let name = if c < opts.id_workers {
+            format!("ids-{c}")
+        } else {
+            "cli".to_string()
+        };
+        clients.push(ClientSlot {
+            name,
+            proxies,
+            child: None,
+            records: Vec::new(),
+            incarnations: 0,
+        });
+    }
+    let mut campaign = Campaign {
+        opts: opts.clone(),
+        nodes,
+        dir: dir.to_path_buf(),
+        clients,
+    };
+    for c in 0..opts.id_workers {
+        campaign.spawn_worker(c)?;
+    }
+    let origin = MonotonicOrigin::now();
+    let plan = schedule::draw(
+        opts.seed,
+        &Settings {
+            nodes: opts.nodes,
+            clients: opts.id_workers + 1,
+            processes: opts.id_workers,
+            duration: opts.duration,
+            gap: Duration::from_millis(600),
+            beyond_minority: opts.beyond_minority,
+        },
+    );
+    let cli = tokio::spawn(cli_loop(
+        opts.redquorum.clone(),
+        campaign.nodes.urls(),
+        campaign.clients[opts.id_workers].envs(&campaign.nodes),
+        opts.seed,
+        Instant::now() + opts.duration,
+    ));
+    let windows = campaign.play(&plan).await?;
+    // Healed: let the workloads run a little, then stop them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut calls: Vec<Call> = cli.await.map_err(|e| e.to_string())?;
+    for c in 0..opts.id_workers {
+        campaign.stop_worker(c).await;
+        for (k, path) in campaign.clients[c].records.iter().enumerate() {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path:?}: {e}"))?;
+            calls.extend(history::parse_ids(
+                &format!("{} (incarnation {k})", campaign.clients[c].name),
+                &text,
+            )?);
+        }
+    }
+    let mut outcome = Outcome {
+        operations: BTreeMap::new(),
+        faults: BTreeMap::new(),
+        violations: Vec::new(),
+        availability: (0.0, 0.0),
+    };
+    for p in &plan {
+        *outcome.faults.entry(p.fault.kind()).or_default() += 1;
+    }
+    let (mut faulty, mut healthy) = ((0u64, 0u64), (0u64, 0u64));
+    for c in &calls {
+        let kind = if c.who.starts_with("cli") {
+            "id (cli process)"
+        } else {
+            "id (workload process)"
+        };
+        let e = outcome.operations.entry(kind).or_default();
+        if c.ids.is_some() {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+        let during = windows.iter().any(|(a, b)| c.start < *b && *a < c.end);
+        let slot = if during { &mut faulty } else { &mut healthy };
+        slot.0 += 1;
+        slot.1 += u64::from(c.ids.is_some());
+    }
+    let share = |(n, ok): (u64, u64)| if n == 0 { 1.0 } else { ok as f64 / n as f64 };
+    outcome.availability = (share(faulty), share(healthy));
+    if let Err(v) = history::check(&calls, origin) {
+        outcome.violations.push(("ids", v));
+    }
+    Ok(outcome)
+}
+
+impl Campaign {
+    fn spawn_worker(&mut self, c: usize) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let envs = self.clients[c].envs(&self.nodes);
+        let urls = self.nodes.urls().join(",");
+        let slot = &mut self.clients[c];
+        let path = self
+            .dir
+            .join(format!("{}.{}.rec", slot.name, slot.incarnations));
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("worker")
+            .arg("ids")
+            .arg("--nodes")
+            .arg(urls)
+            .envs(envs)
+            .arg("--out")
+            .arg(&path)
+            .arg("--seed")
+            .arg((self.opts.seed ^ ((c as u64) << 32) ^ slot.incarnations as u64).to_string())
+            .kill_on_drop(true);
+        if let Some(p) = self.opts.plant {
+            cmd.arg("--plant").arg(p.to_string());
+        }
+        slot.child = Some(cmd.spawn().map_err(|e| format!("worker {c}: {e}"))?);
+        slot.records.push(path);
+        slot.incarnations += 1;
+        Ok(())
+    }
+
+    async fn stop_worker(&mut self, c: usize) {
+        if let Some(mut child) = self.clients[c].child.take() {
+            if let Some(pid) = child.id() {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
+            }
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    fn signal_worker(&self, c: usize, signal: Signal) {
+        if let Some(pid) = self.clients[c].child.as_ref().and_then(Child::id) {
+            let _ = kill(Pid::from_raw(pid as i32), signal);
+        }
+    }
+
+    async fn node_op(&self, f: impl FnOnce(&LocalNodes) + Send + 'static) {
+        let nodes = self.nodes.clone();
+        let _ = tokio::task::spawn_blocking(move || f(&nodes)).await;
+    }
+
+    /// Play the schedule; returns the windows (CLOCK_MONOTONIC ns) during which some fault
+    /// was active.
+    async fn play(&mut self, plan: &[Planned]) -> Result<Vec<(u64, u64)>, String> {
+        let t0 = Instant::now();
+        // Events: (when, starts?, index in plan).
+        let mut events: Vec<(Duration, bool, usize)> = Vec::new();
+        for (i, p) in plan.iter().enumerate() {
+            events.push((p.at, true, i));
+            events.push((p.at + p.lasts, false, i));
+        }
+        events.sort_by_key(|(t, start, i)| (*t, *start, *i));
+        let mut windows = Vec::new();
+        let mut active = 0usize;
+        let mut since = 0u64;
+        for (t, start, i) in events {
+            tokio::time::sleep_until(t0 + t).await;
+            let fault = plan[i].fault;
+            tracing::info!(at = ?t, %fault, start, "nemesis");
+            if start {
+                if active == 0 {
+                    since = monotonic_ns();
+                }
+                active += 1;
+                self.begin(fault).await?;
+            } else {
+                self.end(fault).await?;
+                active -= 1;
+                if active == 0 {
+                    windows.push((since, monotonic_ns()));
+                }
+            }
+        }
+        Ok(windows)
+    }
+
+    async fn begin(&mut self, fault: Fault) -> Result<(), String> {
+        match fault {
+            Fault::Kill(n) => self.node_op(move |x| x.kill(n)).await,
+            Fault::Freeze(n) => self.node_op(move |x| x.freeze(n)).await,
+            Fault::Wipe(n) => self.node_op(move |x| x.wipe_and_restart(n)).await,
+            Fault::ClockStep(n, ms) => self.nodes.step_clock_ms(n, ms),
+            Fault::Partition(c, n) => self.clients[c].proxies[n].set_mode(FaultMode::CutOff),
+            Fault::DropReplies(c, n) => self.clients[c].proxies[n].set_mode(FaultMode::DropReplies),
+            Fault::Latency(c, n, ms) => {
+                self.clients[c].proxies[n].set_latency(Duration::from_millis(ms))
+            }
+            Fault::ClientKill(c) => self.stop_worker(c).await,
+            Fault::ClientFreeze(c) => self.signal_worker(c, Signal::SIGSTOP),
+        }
+        Ok(())
+    }
+
+    async fn end(&mut self, fault: Fault) -> Result<(), String> {
+        match fault {
+            Fault::Kill(n) => self.node_op(move |x| x.restart(n)).await,
+            Fault::Freeze(n) => self.node_op(move |x| x.thaw(n)).await,
+            Fault::Wipe(_) => {}
+            Fault::ClockStep(n, ms) => self.nodes.step_clock_ms(n, -ms),
+            Fault::Partition(c, n) | Fault::DropReplies(c, n) => {
+                self.clients[c].proxies[n].set_mode(FaultMode::Normal)
+            }
+            Fault::Latency(c, n, _) => self.clients[c].proxies[n].set_latency(Duration::ZERO),
+            Fault::ClientKill(c) => self.spawn_worker(c)?,
+            Fault::ClientFreeze(c) => self.signal_worker(c, Signal::SIGCONT),
+        }
+        Ok(())
+    }
+}
+
+/// The CLI client: `redquorum id next` processes one after another until `until`, each timed
+/// at both ends by this process on `CLOCK_MONOTONIC`.
+async fn cli_loop(
+    redquorum: PathBuf,
+    urls: Vec<String>,
+    envs: [(String, String); 2],
+    seed: u64,
+    until: Instant,
+) -> Vec<Call> {
+    let mut out = Vec::new();
+    let nodes = urls.join(",");
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let count = 1 + (seed.wrapping_add(n) % 3);
+        let start = monotonic_ns();
+        let result = tokio::process::Command::new(&redquorum)
+            .args(["--nodes", &nodes, "id", "next", "campaign", "--count"])
+            .arg(count.to_string())
+            .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CLUSTER")
+            .envs(envs.clone())
+            .output()
+            .await;
+        let end = monotonic_ns();
+        let ids = result.ok().filter(|o| o.status.success()).and_then(|o| {
+            let ids: Vec<u64> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            Some((*ids.first()?, *ids.last()?)).filter(|(a, b)| b - a + 1 == ids.len() as u64)
+        });
+        out.push(Call {
+            who: format!("cli (process {n})"),
+            start,
+            end,
+            ids,
+        });
+    }
+    out
+}

@@ -1,0 +1,266 @@
+//! The nemesis's schedule, pure: a seeded list of faults with their start and duration, never
+//! more than a minority of nodes faulty for any client at any instant (node faults count for
+//! every client; a client's network faults count for that client only). The same seed and the
+//! same settings give the same schedule.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// One fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Node `0`: kill -9, restarted with its data at the end.
+    Kill(usize),
+    /// Node: SIGSTOP, SIGCONT at the end.
+    Freeze(usize),
+    /// Node: kill -9, data deleted, restarted empty at once (faulty until repaired: the
+    /// duration).
+    Wipe(usize),
+    /// Node: wall clock stepped by the milliseconds given, stepped back at the end.
+    ClockStep(usize, i64),
+    /// Client `0` cut off from node `1` (silent partition).
+    Partition(usize, usize),
+    /// Client `0`'s requests reach node `1`, the replies are lost.
+    DropReplies(usize, usize),
+    /// Client `0` sees the milliseconds of latency each way to node `1`.
+    Latency(usize, usize, u64),
+    /// Client process killed with -9, started again at the end.
+    ClientKill(usize),
+    /// Client process frozen (SIGSTOP) for the duration (past its leases).
+    ClientFreeze(usize),
+}
+
+impl Fault {
+    /// The fault's kind, for the summary.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Kill(_) => "node kill -9 + restart",
+            Fault::Freeze(_) => "node SIGSTOP",
+            Fault::Wipe(_) => "node wipe + restart",
+            Fault::ClockStep(..) => "node wall-clock step",
+            Fault::Partition(..) => "client-node partition",
+            Fault::DropReplies(..) => "dropped replies",
+            Fault::Latency(..) => "latency spike",
+            Fault::ClientKill(_) => "client kill -9",
+            Fault::ClientFreeze(_) => "client SIGSTOP",
+        }
+    }
+
+    /// The node this fault makes faulty, and for which client (`None`: every client).
+    fn faulty_node(&self) -> Option<(usize, Option<usize>)> {
+        match *self {
+            Fault::Kill(n) | Fault::Freeze(n) | Fault::Wipe(n) | Fault::ClockStep(n, _) => {
+                Some((n, None))
+            }
+            Fault::Partition(c, n) | Fault::DropReplies(c, n) | Fault::Latency(c, n, _) => {
+                Some((n, Some(c)))
+            }
+            Fault::ClientKill(_) | Fault::ClientFreeze(_) => None,
+        }
+    }
+
+    fn client(&self) -> Option<usize> {
+        match *self {
+            Fault::ClientKill(c) | Fault::ClientFreeze(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Fault::Kill(n) => write!(f, "kill -9 node {n}"),
+            Fault::Freeze(n) => write!(f, "freeze node {n}"),
+            Fault::Wipe(n) => write!(f, "wipe node {n}"),
+            Fault::ClockStep(n, ms) => write!(f, "step node {n}'s wall clock by {ms:+} ms"),
+            Fault::Partition(c, n) => write!(f, "cut client {c} off from node {n}"),
+            Fault::DropReplies(c, n) => write!(f, "drop node {n}'s replies to client {c}"),
+            Fault::Latency(c, n, ms) => {
+                write!(f, "{ms} ms latency between client {c} and node {n}")
+            }
+            Fault::ClientKill(c) => write!(f, "kill -9 client {c}"),
+            Fault::ClientFreeze(c) => write!(f, "freeze client {c}"),
+        }
+    }
+}
+
+/// A fault at an offset from the campaign's start, for a while.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// When it starts.
+    pub at: Duration,
+    /// How long it lasts.
+    pub lasts: Duration,
+    /// What.
+    pub fault: Fault,
+}
+
+/// What the schedule is drawn for.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Nodes.
+    pub nodes: usize,
+    /// Clients the network faults may hit (each reaches the nodes through its own proxies).
+    pub clients: usize,
+    /// Of those, the first this many are processes the client faults may kill or freeze.
+    pub processes: usize,
+    /// How long the campaign runs.
+    pub duration: Duration,
+    /// The mean gap between fault starts.
+    pub gap: Duration,
+    /// Allow more than a minority faulty (the beyond-the-model mode).
+    pub beyond_minority: bool,
+}
+
+/// Draw the schedule for `seed`.
+pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let minority = s.nodes.saturating_sub(1) / 2;
+    let mut out: Vec<Planned> = Vec::new();
+    let mean = s.gap.as_millis().max(2) as u64;
+    let mut t = Duration::from_millis(rng.random_range(mean / 2..=mean));
+    while t < s.duration {
+        let fault = pick(&mut rng, s);
+        let lasts = Duration::from_millis(match fault {
+            Fault::Wipe(_) => rng.random_range(1_500..=3_000),
+            Fault::ClientFreeze(_) => rng.random_range(2_000..=5_000),
+            Fault::ClientKill(_) => rng.random_range(200..=1_000),
+            _ => rng.random_range(300..=2_500),
+        });
+        let active: Vec<&Planned> = out.iter().filter(|p| p.at + p.lasts > t).collect();
+        if admissible(&fault, &active, s, minority) {
+            out.push(Planned {
+                at: t,
+                lasts,
+                fault,
+            });
+        }
+        t += Duration::from_millis(rng.random_range(mean / 2..=mean * 3 / 2));
+    }
+    out
+}
+
+fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
+    let node = rng.random_range(0..s.nodes);
+    let client = rng.random_range(0..s.clients.max(1));
+    match rng.random_range(0..100) {
+        0..15 => Fault::Kill(node),
+        15..27 => Fault::Freeze(node),
+        27..35 => Fault::Wipe(node),
+        35..50 => {
+            let ms = match rng.random_range(0..4) {
+                0 => 120_000,
+                1 => -120_000,
+                2 => 86_400_000,
+                _ => -3_000,
+            };
+            Fault::ClockStep(node, ms)
+        }
+        50..62 => Fault::Partition(client, node),
+        62..72 => Fault::DropReplies(client, node),
+        72..80 => Fault::Latency(client, node, rng.random_range(20..=300)),
+        80..90 if s.processes > 0 => Fault::ClientKill(rng.random_range(0..s.processes)),
+        90.. if s.processes > 0 => Fault::ClientFreeze(rng.random_range(0..s.processes)),
+        _ => Fault::Latency(client, node, rng.random_range(20..=300)),
+    }
+}
+
+/// Whether `fault` may start while `active` run: for every client, the nodes faulty for it
+/// stay within a minority (unless beyond it), one fault per node or client at a time.
+fn admissible(fault: &Fault, active: &[&Planned], s: &Settings, minority: usize) -> bool {
+    if let Some(c) = fault.client() {
+        return active.iter().all(|p| p.fault.client() != Some(c));
+    }
+    let Some((node, only)) = fault.faulty_node() else {
+        return true;
+    };
+    // One fault per node (for a client) at a time.
+    if active.iter().any(|p| {
+        p.fault
+            .faulty_node()
+            .is_some_and(|(n, c)| n == node && (c.is_none() || only.is_none() || c == only))
+    }) {
+        return false;
+    }
+    if s.beyond_minority {
+        return true;
+    }
+    (0..s.clients.max(1)).all(|client| {
+        if only.is_some_and(|c| c != client) {
+            return true;
+        }
+        let mut faulty: Vec<usize> = active
+            .iter()
+            .filter_map(|p| p.fault.faulty_node())
+            .filter(|(_, c)| c.is_none_or(|c| c == client))
+            .map(|(n, _)| n)
+            .collect();
+        faulty.push(node);
+        faulty.sort_unstable();
+        faulty.dedup();
+        faulty.len() <= minority
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(nodes: usize) -> Settings {
+        Settings {
+            nodes,
+            clients: 4,
+            processes: 3,
+            duration: Duration::from_secs(600),
+            gap: Duration::from_millis(700),
+            beyond_minority: false,
+        }
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_schedule_and_another_seed_another() {
+        let s = settings(3);
+        assert_eq!(draw(7, &s), draw(7, &s));
+        assert_ne!(draw(7, &s), draw(8, &s));
+    }
+
+    #[test]
+    fn never_more_than_a_minority_of_nodes_is_faulty_for_any_client() {
+        for nodes in [3, 5] {
+            let s = settings(nodes);
+            for seed in 0..20 {
+                let plan = draw(seed, &s);
+                assert!(plan.len() > 100, "seed {seed}: {} faults", plan.len());
+                for p in &plan {
+                    let t = p.at;
+                    for client in 0..s.clients {
+                        let mut faulty: Vec<usize> = plan
+                            .iter()
+                            .filter(|q| q.at <= t && t < q.at + q.lasts)
+                            .filter_map(|q| q.fault.faulty_node())
+                            .filter(|(_, c)| c.is_none_or(|c| c == client))
+                            .map(|(n, _)| n)
+                            .collect();
+                        faulty.sort_unstable();
+                        faulty.dedup();
+                        assert!(
+                            faulty.len() <= (nodes - 1) / 2,
+                            "seed {seed}, N={nodes}: at {t:?} client {client} sees {faulty:?} faulty"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kind_of_fault_is_drawn() {
+        let plan = draw(1, &settings(3));
+        let kinds: std::collections::BTreeSet<&str> = plan.iter().map(|p| p.fault.kind()).collect();
+        assert_eq!(kinds.len(), 9, "{kinds:?}");
+    }
+}
