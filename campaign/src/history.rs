@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use redquorum_testkit::checker::{check_ids, IdCall};
+use redquorum_testkit::checker::{check_ids, check_tenures, IdCall, Tenure};
 use redquorum_testkit::record::MonotonicOrigin;
 
 /// One recorded call.
@@ -68,6 +68,114 @@ pub fn check(calls: &[Call], origin: MonotonicOrigin) -> Result<(), String> {
     check_ids(&history).map_err(|v| v.to_string())
 }
 
+/// What a lease holder process recorded: its tenures, its fenced writes, its failed tries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseHistory {
+    /// (holder, token, start, end) on `CLOCK_MONOTONIC`.
+    pub tenures: Vec<(String, u64, u64, u64)>,
+    /// (holder, token, start, end, accepted).
+    pub writes: Vec<(String, u64, u64, u64, bool)>,
+    /// Acquisitions that succeeded, and tries that failed.
+    pub acquired: u64,
+    /// Tries that failed (held by another, no majority, ...).
+    pub failed: u64,
+}
+
+/// Parse a lease holder's record (see `worker.rs`) into `into`.
+pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<(), String> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    // The open tenure: token, start, last valid_until.
+    let mut open: Option<(u64, u64, u64)> = None;
+    let close = |open: &mut Option<(u64, u64, u64)>, at: Option<u64>, into: &mut LeaseHistory| {
+        if let Some((token, start, until)) = open.take() {
+            let end = at.map_or(until, |a| a.min(until));
+            into.tenures.push((who.to_string(), token, start, end));
+        }
+    };
+    for (i, line) in lines.iter().enumerate() {
+        if line.is_empty() || i + 1 == lines.len() {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |k: usize| -> Result<u64, String> {
+            f.get(k)
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
+        };
+        match f[0] {
+            "err" => into.failed += 1,
+            "acq" => {
+                close(&mut open, None, into);
+                into.acquired += 1;
+                open = Some((num(3)?, num(2)?, num(4)?));
+            }
+            "w" => {
+                let token = num(3)?;
+                into.writes
+                    .push((who.to_string(), token, num(1)?, num(2)?, num(4)? == 1));
+                if let Some((t, _, until)) = open.as_mut() {
+                    if *t == token {
+                        *until = (*until).max(num(5)?);
+                    }
+                }
+            }
+            "rel" => close(&mut open, Some(num(1)?), into),
+            _ => return Err(format!("{who} line {}: {line:?}", i + 1)),
+        }
+    }
+    close(&mut open, None, into);
+    Ok(())
+}
+
+/// At most one holder at a time (by the holders' own intervals), tokens increasing with real
+/// time.
+pub fn check_tenures_of(h: &LeaseHistory, origin: MonotonicOrigin) -> Result<(), String> {
+    let tenures: Vec<Tenure> = h
+        .tenures
+        .iter()
+        .map(|(who, token, start, end)| Tenure {
+            holder: who.clone(),
+            token: *token,
+            start: origin.instant(*start),
+            end: origin.instant(*end),
+        })
+        .collect();
+    check_tenures(&tenures).map_err(|v| v.to_string())
+}
+
+/// No stale write accepted: no accepted write carries a smaller token than a write the resource
+/// accepted before it was sent (by real time: the earlier one returned before it started).
+pub fn check_fenced_writes(h: &LeaseHistory) -> Result<(), String> {
+    let mut accepted: Vec<&(String, u64, u64, u64, bool)> =
+        h.writes.iter().filter(|w| w.4).collect();
+    let mut by_end = accepted.clone();
+    by_end.sort_by_key(|w| w.3);
+    accepted.sort_by_key(|w| w.2);
+    let mut done = 0;
+    let mut highest: Option<&(String, u64, u64, u64, bool)> = None;
+    for w in accepted {
+        while done < by_end.len() && by_end[done].3 < w.2 {
+            if highest.is_none_or(|h| by_end[done].1 > h.1) {
+                highest = Some(by_end[done]);
+            }
+            done += 1;
+        }
+        if let Some(h) = highest {
+            if w.1 < h.1 {
+                return Err(format!(
+                    "stale write accepted: {} wrote with token {} (sent {} ns after {} with token {} had been accepted)",
+                    w.0,
+                    w.1,
+                    w.2 - h.3,
+                    h.0,
+                    h.1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +204,32 @@ mod tests {
         let err =
             check(&[call("a", 0, 10, 1), call("b", 20, 30, 1)], origin).expect_err("a duplicate");
         assert!(err.contains("returned twice"), "{err}");
+    }
+
+    #[test]
+    fn a_holders_tenure_ends_at_its_release_or_its_last_validity() {
+        let mut h = LeaseHistory::default();
+        let text = "acq\t0\t10\t7\t100\nw\t20\t30\t7\t1\t150\nrel\t40\t7\nacq\t50\t60\t9\t200\nw\t70\t80\t9\t1\t300\n";
+        parse_leases("p", text, &mut h).expect("parses");
+        assert_eq!(
+            h.tenures,
+            vec![("p".into(), 7, 10, 40), ("p".into(), 9, 60, 300)],
+            "released at 40; the second never released: its last validity, 300"
+        );
+        assert_eq!(h.acquired, 2);
+        assert!(check_fenced_writes(&h).is_ok());
+    }
+
+    #[test]
+    fn a_stale_accepted_write_is_found_and_a_rejected_one_is_fine() {
+        let w = |who: &str, token, s, e, ok| (who.to_string(), token, s, e, ok);
+        let mut h = LeaseHistory {
+            writes: vec![w("new", 9, 10, 20, true), w("old", 7, 30, 40, false)],
+            ..LeaseHistory::default()
+        };
+        assert!(check_fenced_writes(&h).is_ok());
+        h.writes[1].4 = true;
+        let err = check_fenced_writes(&h).expect_err("stale");
+        assert!(err.contains("token 7") && err.contains("token 9"), "{err}");
     }
 }

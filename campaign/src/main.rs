@@ -48,6 +48,9 @@ enum Command {
         /// ID workload processes.
         #[arg(long, default_value_t = 3)]
         id_workers: usize,
+        /// Lease holder processes (one lock, writing to a fenced resource).
+        #[arg(long, default_value_t = 3)]
+        lock_workers: usize,
         /// The redquorum binary (default: next to this one).
         #[arg(long)]
         redquorum: Option<PathBuf>,
@@ -79,6 +82,19 @@ enum WorkerCommand {
         seed: u64,
         #[arg(long, default_value = "campaign")]
         sequence: String,
+        #[arg(long)]
+        plant: Option<plant::Plant>,
+    },
+    /// A lease holder in a loop, writing to the fenced resource.
+    Locks {
+        #[arg(long)]
+        nodes: String,
+        #[arg(long)]
+        resource: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seed: u64,
         #[arg(long)]
         plant: Option<plant::Plant>,
     },
@@ -114,6 +130,22 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Worker(WorkerCommand::Locks {
+            nodes,
+            resource,
+            out,
+            seed,
+            plant,
+        }) => {
+            let urls: Vec<String> = nodes.split(',').map(String::from).collect();
+            match worker::locks(&urls, &resource, &out, seed, plant).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rq-campaign worker: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Run {
             seed,
             quick,
@@ -121,6 +153,7 @@ async fn main() -> ExitCode {
             duration,
             nodes,
             id_workers,
+            lock_workers,
             redquorum,
             plant,
             beyond_minority,
@@ -163,6 +196,7 @@ async fn main() -> ExitCode {
                 duration,
                 nodes,
                 id_workers,
+                lock_workers,
                 redquorum,
                 plant,
                 beyond_minority,
@@ -234,6 +268,14 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     println!("|---|---|");
     let count = |g: &str| o.violations.iter().filter(|(x, _)| *x == g).count();
     println!("| ids: unique, in real-time order | {} |", count("ids"));
+    println!(
+        "| leases: one holder at a time, tokens increasing | {} |",
+        count("leases")
+    );
+    println!(
+        "| fenced writes: no stale write accepted | {} |",
+        count("fenced writes")
+    );
     for (g, v) in &o.violations {
         println!("violation ({g}): {v}");
     }

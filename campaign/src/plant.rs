@@ -14,16 +14,19 @@ pub enum Plant {
     QuorumHalf,
     /// No quarantine of a node that lost its data: a wiped node votes at once.
     NoQuarantine,
+    /// Lease holders write to the resource without the fenced guard (a plain SET).
+    FencingOff,
 }
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 2] = [Plant::QuorumHalf, Plant::NoQuarantine];
+    pub const ALL: [Plant; 3] = [Plant::QuorumHalf, Plant::NoQuarantine, Plant::FencingOff];
 
     /// The guarantee a campaign with this bug must report broken.
     pub fn breaks(&self) -> &'static str {
         match self {
             Plant::QuorumHalf | Plant::NoQuarantine => "ids",
+            Plant::FencingOff => "fenced writes",
         }
     }
 
@@ -32,6 +35,8 @@ impl Plant {
         match self {
             Plant::QuorumHalf => config.with_unsafe_quorum_for_tests((nodes / 2).max(1)),
             Plant::NoQuarantine => config.with_amnesia_protection_disabled_for_tests(),
+            // Not a client setting: the lease workload writes without the guard.
+            Plant::FencingOff => config,
         }
     }
 
@@ -39,6 +44,7 @@ impl Plant {
         match self {
             Plant::QuorumHalf => "quorum-half",
             Plant::NoQuarantine => "no-quarantine",
+            Plant::FencingOff => "fencing-off",
         }
     }
 }

@@ -29,6 +29,8 @@ pub struct Options {
     pub nodes: usize,
     /// ID workload processes.
     pub id_workers: usize,
+    /// Lease holder processes.
+    pub lock_workers: usize,
     /// The `redquorum` binary (for the CLI client).
     pub redquorum: PathBuf,
     /// A planted bug, if any.
@@ -50,8 +52,17 @@ pub struct Outcome {
     pub availability: (f64, f64),
 }
 
+/// What a client runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ids,
+    Locks,
+    Cli,
+}
+
 /// One client: its proxies to every node, and (for a workload process) the process.
 struct ClientSlot {
+    kind: Kind,
     name: String,
     proxies: Vec<FaultProxy>,
     child: Option<Child>,
@@ -76,6 +87,8 @@ impl ClientSlot {
 struct Campaign {
     opts: Options,
     nodes: Arc<LocalNodes>,
+    /// The fenced resource: a Redis node outside the quorum, never faulted.
+    resource: LocalNodes,
     dir: PathBuf,
     clients: Vec<ClientSlot>,
 }
@@ -90,19 +103,27 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         .await
         .map_err(|e| e.to_string())?,
     );
+    let resource = tokio::task::spawn_blocking(|| LocalNodes::start(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Workload processes first (the client faults hit them), then the CLI client (its proxies
+    // only; it runs short processes).
+    let mut kinds = vec![Kind::Ids; opts.id_workers];
+    kinds.extend(vec![Kind::Locks; opts.lock_workers]);
+    kinds.push(Kind::Cli);
     let mut clients = Vec::new();
-    // Workload processes, then the CLI client (its proxies only; it runs short processes).
-    for c in 0..=opts.id_workers {
+    for (c, kind) in kinds.iter().enumerate() {
         let mut proxies = Vec::new();
         for n in 0..opts.nodes {
             proxies.push(FaultProxy::start(nodes.addr(n), &format!("client {c} node {n}")).await);
         }
-        let name = if c < opts.id_workers {
-            format!("ids-{c}")
-        } else {
-            "cli".to_string()
+        let name = match kind {
+            Kind::Ids => format!("ids-{c}"),
+            Kind::Locks => format!("holder-{c}"),
+            Kind::Cli => "cli".to_string(),
         };
         clients.push(ClientSlot {
+            kind: *kind,
             name,
             proxies,
             child: None,
@@ -110,13 +131,15 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             incarnations: 0,
         });
     }
+    let processes = clients.len() - 1;
     let mut campaign = Campaign {
         opts: opts.clone(),
         nodes,
+        resource,
         dir: dir.to_path_buf(),
         clients,
     };
-    for c in 0..opts.id_workers {
+    for c in 0..processes {
         campaign.spawn_worker(c)?;
     }
     let origin = MonotonicOrigin::now();
@@ -124,8 +147,8 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         opts.seed,
         &Settings {
             nodes: opts.nodes,
-            clients: opts.id_workers + 1,
-            processes: opts.id_workers,
+            clients: processes + 1,
+            processes,
             duration: opts.duration,
             gap: Duration::from_millis(600),
             beyond_minority: opts.beyond_minority,
@@ -134,7 +157,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let cli = tokio::spawn(cli_loop(
         opts.redquorum.clone(),
         campaign.nodes.urls(),
-        campaign.clients[opts.id_workers].envs(&campaign.nodes),
+        campaign.clients[processes].envs(&campaign.nodes),
         opts.seed,
         Instant::now() + opts.duration,
     ));
@@ -142,14 +165,18 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     // Healed: let the workloads run a little, then stop them.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut calls: Vec<Call> = cli.await.map_err(|e| e.to_string())?;
-    for c in 0..opts.id_workers {
+    let mut leases = history::LeaseHistory::default();
+    for c in 0..processes {
         campaign.stop_worker(c).await;
-        for (k, path) in campaign.clients[c].records.iter().enumerate() {
+        let slot = &campaign.clients[c];
+        for (k, path) in slot.records.iter().enumerate() {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path:?}: {e}"))?;
-            calls.extend(history::parse_ids(
-                &format!("{} (incarnation {k})", campaign.clients[c].name),
-                &text,
-            )?);
+            let who = format!("{} (incarnation {k})", slot.name);
+            match slot.kind {
+                Kind::Ids => calls.extend(history::parse_ids(&who, &text)?),
+                Kind::Locks => history::parse_leases(&who, &text, &mut leases)?,
+                Kind::Cli => {}
+            }
         }
     }
     let mut outcome = Outcome {
@@ -181,8 +208,23 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     }
     let share = |(n, ok): (u64, u64)| if n == 0 { 1.0 } else { ok as f64 / n as f64 };
     outcome.availability = (share(faulty), share(healthy));
+    outcome.operations.insert(
+        "lease acquisition (holder process)",
+        (leases.acquired, leases.failed),
+    );
+    let writes = leases.writes.iter().filter(|w| w.4).count() as u64;
+    outcome.operations.insert(
+        "fenced write (accepted, rejected)",
+        (writes, leases.writes.len() as u64 - writes),
+    );
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
+    }
+    if let Err(v) = history::check_tenures_of(&leases, origin) {
+        outcome.violations.push(("leases", v));
+    }
+    if let Err(v) = history::check_fenced_writes(&leases) {
+        outcome.violations.push(("fenced writes", v));
     }
     Ok(outcome)
 }
@@ -197,9 +239,13 @@ impl Campaign {
             .dir
             .join(format!("{}.{}.rec", slot.name, slot.incarnations));
         let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("worker")
-            .arg("ids")
-            .arg("--nodes")
+        cmd.arg("worker");
+        match slot.kind {
+            Kind::Ids => cmd.arg("ids"),
+            Kind::Locks => cmd.arg("locks").arg("--resource").arg(self.resource.url(0)),
+            Kind::Cli => return Ok(()),
+        };
+        cmd.arg("--nodes")
             .arg(urls)
             .envs(envs)
             .arg("--out")

@@ -3,9 +3,16 @@
 //! written unbuffered so a process killed with -9 leaves whole lines behind:
 //!
 //! ```text
-//! ok   <start_ns> <end_ns> <first id> <last id>     an ID call that returned a range
-//! err  <start_ns> <end_ns> <error>                   a call that failed
+//! IDs:    ok   <start> <end> <first id> <last id>     an ID call that returned a range
+//!         err  <start> <end> <error>                   a call that failed
+//! Leases: acq  <start> <end> <token> <valid_until>     acquired (err as above when not)
+//!         w    <start> <end> <token> <accepted 0|1> <valid_until>   a fenced write
+//!         rel  <at> <token>                            stops relying on the lease (release)
 //! ```
+//!
+//! A holder's tenure runs from its `acq` line's end to the first of its `rel` line and the
+//! last `valid_until` it recorded (a frozen or killed holder writes nothing more: its validity
+//! bounds it).
 
 use std::fs::File;
 use std::io::Write;
@@ -48,6 +55,108 @@ pub async fn ids(
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
     }
 }
+
+/// The lease workload: acquire `lock` (TTL `ttl`, auto-extended), then while holding it
+/// "work" (a short pause) and write to the fenced resource with the token, a few times;
+/// release; again. `fenced: false` writes without the guard (the planted bug "fencing off").
+pub async fn locks(
+    urls: &[String],
+    resource: &str,
+    out: &Path,
+    seed: u64,
+    plant: Option<Plant>,
+) -> Result<(), String> {
+    use redquorum::Lock;
+
+    let mut file = File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut line = |l: String| {
+        file.write_all(l.as_bytes())
+            .map_err(|e| format!("{}: {e}", out.display()))
+    };
+    let mut config = Config::from_urls(urls).map_err(|e| e.to_string())?;
+    if let Some(p) = plant {
+        config = p.apply(config, urls.len());
+    }
+    let client = Client::connect(config).await.map_err(|e| e.to_string())?;
+    let lock = Lock::new(&client, "campaign", LEASE_TTL).map_err(|e| e.to_string())?;
+    let mut conn = redis::Client::open(resource)
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("the fenced resource: {e}"))?;
+    let guard_script = redis::Script::new(redquorum::FENCED_SET_LUA);
+    let fenced = plant != Some(Plant::FencingOff);
+    let origin = (tokio::time::Instant::now(), monotonic_ns());
+    let ns = |i: tokio::time::Instant| -> u64 {
+        let (i0, n0) = origin;
+        match i.checked_duration_since(i0) {
+            Some(d) => n0 + d.as_nanos() as u64,
+            None => n0.saturating_sub(i0.duration_since(i).as_nanos() as u64),
+        }
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    loop {
+        let start = monotonic_ns();
+        let guard = match lock.acquire(Duration::from_secs(2)).await {
+            Ok(g) => g,
+            Err(e) => {
+                let end = monotonic_ns();
+                line(format!(
+                    "err\t{start}\t{end}\t{}\n",
+                    one_line(&e.to_string())
+                ))?;
+                continue;
+            }
+        };
+        let token = guard.token().get();
+        line(format!(
+            "acq\t{start}\t{}\t{token}\t{}\n",
+            monotonic_ns(),
+            ns(guard.valid_until())
+        ))?;
+        for _ in 0..rng.random_range(1..=6) {
+            if !guard.is_held() {
+                break;
+            }
+            // The work between the check and the write: a holder frozen here writes late.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
+            let t0 = monotonic_ns();
+            let value = format!("{token}");
+            let accepted: Result<bool, String> = if fenced {
+                guard_script
+                    .key("campaign:resource")
+                    .key("campaign:resource:fence")
+                    .arg(token)
+                    .arg(&value)
+                    .invoke_async::<(i64, u64)>(&mut conn)
+                    .await
+                    .map(|(applied, _)| applied == 1)
+                    .map_err(|e| e.to_string())
+            } else {
+                redis::cmd("SET")
+                    .arg("campaign:resource")
+                    .arg(&value)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map(|()| true)
+                    .map_err(|e| e.to_string())
+            };
+            let t1 = monotonic_ns();
+            let accepted = accepted.map_err(|e| format!("the fenced resource: {e}"))?;
+            line(format!(
+                "w\t{t0}\t{t1}\t{token}\t{}\t{}\n",
+                u8::from(accepted),
+                ns(guard.valid_until())
+            ))?;
+        }
+        line(format!("rel\t{}\t{token}\n", monotonic_ns()))?;
+        let _ = guard.release().await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
+    }
+}
+
+/// The lease workload's TTL: short, so holders frozen for seconds are frozen past it.
+pub const LEASE_TTL: Duration = Duration::from_millis(1000);
 
 /// An error message on one line (no tabs either).
 pub fn one_line(s: &str) -> String {

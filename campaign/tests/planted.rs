@@ -19,24 +19,40 @@ fn campaign(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
-/// Each planted bug and the guarantee it must be caught breaking. (So far only the ID
-/// workload runs as processes; the other planted bugs arrive with their workloads.)
-const TABLE: &[(&str, &str)] = &[("quorum-half", "ids")];
+/// Each planted bug and the guarantee it must be caught breaking. (So far the ID and lease
+/// workloads run as processes; the other planted bugs arrive with their workloads.)
+const TABLE: &[(&str, &str)] = &[("quorum-half", "ids"), ("fencing-off", "fenced writes")];
+
+/// Seeds tried in turn: a planted bug that needs a fault at the right moment (a holder frozen
+/// between its check and its write) is caught by one of them; the test says which.
+const SEEDS: [&str; 3] = ["3", "4", "5"];
 
 #[test]
 fn each_planted_bug_is_caught_and_named() {
     for (plant, guarantee) in TABLE.iter().copied() {
-        let (code, text) = campaign(&["--seed", "11", "--duration", "15s", "--plant", plant]);
-        println!("{text}");
-        assert_eq!(code, Some(1), "{plant}: the campaign must fail\n{text}");
+        let mut tried = Vec::new();
+        let caught = SEEDS.iter().find(|seed| {
+            let (code, text) = campaign(&["--seed", seed, "--duration", "40s", "--plant", plant]);
+            let last = text
+                .trim_end()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .to_string();
+            assert!(
+                last.starts_with(&format!("campaign: seed={seed} operations=")),
+                "{plant}: last line {last:?}\n{text}"
+            );
+            let found = code == Some(1) && text.contains(&format!("violation ({guarantee})"));
+            tried.push(format!("seed {seed}: exit {code:?}, {last}"));
+            if found {
+                println!("{plant} caught with seed {seed}:\n{text}");
+            }
+            found
+        });
         assert!(
-            text.contains(&format!("violation ({guarantee})")),
-            "{plant}: a violation of {guarantee} must be reported\n{text}"
-        );
-        let last = text.trim_end().lines().last().unwrap_or_default();
-        assert!(
-            last.starts_with("campaign: seed=11 operations=") && !last.ends_with("violations=0"),
-            "{plant}: last line {last:?}"
+            caught.is_some(),
+            "{plant}: no campaign reported a violation of {guarantee}: {tried:#?}"
         );
     }
 }

@@ -67,7 +67,12 @@ pub(crate) struct PoolTables {
     mine: Mutex<HashMap<String, Arc<BTreeSet<String>>>>,
     /// When this member (as leader) last collected the pool's removed units.
     last_gc: Mutex<Option<Instant>>,
+    /// When the leader last waited for every node in a units read (see `units`).
+    last_catch_up: Mutex<Option<Instant>>,
 }
+
+/// How often a leader's units read may wait for every node, so a node without a copy gets one.
+const CATCH_UP_EVERY: Duration = Duration::from_secs(10);
 
 /// A pool's leader collects removed units at most this often, the first time this long after
 /// it first activated a table (see
@@ -87,6 +92,7 @@ impl PoolTables {
             generation: AtomicU64::new(0),
             mine: Mutex::default(),
             last_gc: Mutex::default(),
+            last_catch_up: Mutex::default(),
         }
     }
 
@@ -144,11 +150,28 @@ impl PoolTables {
                     }),
             )
         });
-        // Late replies are kept a little (a node never awaited would never get a cursor and
-        // send its whole register every time).
-        let request = Request::vote("pool.units.read")
-            .within(self.bulk())
-            .linger(self.client.config().node_timeout());
+        // A node without a copy here sends its whole register, which a majority of quick
+        // deltas would never wait for: it would never get a cursor and send megabytes every
+        // time. So such a read waits for every node, at most once per CATCH_UP_EVERY (a node
+        // that is down makes that read wait its deadline). Otherwise late replies linger a
+        // little.
+        let nodes = self.client.node_urls().len();
+        let catch_up = guard.missing_any(nodes)
+            && self
+                .last_catch_up
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY);
+        let request = if catch_up {
+            *self.last_catch_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            Request::vote("pool.units.read")
+                .wait_all()
+                .within(self.bulk())
+        } else {
+            Request::vote("pool.units.read")
+                .within(self.bulk())
+                .linger(self.client.config().node_timeout())
+        };
         let tally = self.client.decide(request, steps).await?;
         let replies: Vec<(usize, Arc<str>, redis::Value)> = tally
             .results()

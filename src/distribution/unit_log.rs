@@ -117,6 +117,11 @@ impl Mirrors {
         }
     }
 
+    /// Whether some of the `nodes` has no copy here yet (its whole register is needed).
+    pub(super) fn missing_any(&self, nodes: usize) -> bool {
+        (0..nodes).any(|n| !self.nodes.contains_key(&n))
+    }
+
     /// The units as last merged.
     pub(super) fn units(&self) -> Arc<UnitsAndSettings> {
         self.units.clone()
@@ -169,6 +174,9 @@ impl Mirrors {
             }
         }
         if applied.len() < needed {
+            // The copies changed but no merge followed: the next one must not take the
+            // shortcut below.
+            self.merged_from.clear();
             return Err(format!(
                 "{} of the replies apply to the leader's copies of the registers, {needed} needed",
                 applied.len()
@@ -176,7 +184,10 @@ impl Mirrors {
         }
         applied.sort_unstable();
         applied.dedup();
-        if !dirty && applied == self.merged_from {
+        // No merge since the copies were (re)built: whatever comes out is news (the units
+        // held before are unknown, so "the same as before" proves nothing).
+        let fresh = self.merged_from.is_empty();
+        if !dirty && !fresh && applied == self.merged_from {
             return Ok(false);
         }
         let mut best: HashMap<&str, u64> = HashMap::new();
@@ -190,7 +201,7 @@ impl Mirrors {
         }
         let units = merge_best(best.into_iter());
         self.merged_from = applied;
-        if units == *self.units {
+        if !fresh && units == *self.units {
             return Ok(false);
         }
         self.units = Arc::new(units);
@@ -362,5 +373,46 @@ mod tests {
         ] {
             assert!(decode(0, "m".into(), bad.clone()).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn copies_rebuilt_after_a_loss_count_as_news_even_when_empty() {
+        let mut m = Mirrors::default();
+        assert_eq!(
+            m.fold(vec![whole(0, "e0", 1, &[]), whole(1, "e1", 1, &[])], 2),
+            Ok(true),
+            "a fold into fresh copies is always news (a plan cached before the loss must go)"
+        );
+    }
+
+    #[test]
+    fn a_failed_fold_forces_the_next_merge() {
+        let mut m = Mirrors::default();
+        m.fold(
+            vec![
+                whole(0, "e0", 1, &[("a", "3")]),
+                whole(1, "e1", 1, &[("a", "3")]),
+            ],
+            2,
+        )
+        .expect("applies");
+        // Node 0 sends its register with a removed; node 1's reply does not apply.
+        assert!(m
+            .fold(
+                vec![whole(0, "e0", 2, &[("a", "4")]), delta(1, "e1", 1, 7, &[])],
+                2
+            )
+            .is_err());
+        assert_eq!(
+            m.fold(
+                vec![delta(0, "e0", 2, 2, &[]), delta(1, "e1", 1, 1, &[])],
+                2
+            ),
+            Ok(true)
+        );
+        assert!(
+            units(&m).is_empty(),
+            "a fresh read of nodes 0 and 1 shows a removed"
+        );
     }
 }

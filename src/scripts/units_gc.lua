@@ -16,7 +16,8 @@
 -- A deletion is a change like any other for a pool leader reading the change log: the stamp
 -- is raised once and every deleted field is logged at the new stamp (units_since.lua sends it
 -- with an empty entry, so the leader's copy of this node drops it); `through` moves with it only
--- when the log was complete before.
+-- when the log was complete before. A log grown much larger than the register is compacted
+-- by ending the epoch.
 --
 -- Returns  "floor": 1; "delete": the number of fields deleted; -1 when the marker check
 --          failed (nothing changed). An error reply for a malformed argument.
@@ -33,9 +34,11 @@ end
 if ARGV[2] ~= 'delete' then
   return redis.error_reply('ERR rq: bad mode ' .. tostring(ARGV[2]))
 end
-local gone = {}
 for i = 3, #ARGV - 1, 2 do
   rq_arg(ARGV[i + 1], 'entry')
+end
+local gone = {}
+for i = 3, #ARGV - 1, 2 do
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
     redis.call('HDEL', KEYS[1], ARGV[i])
     gone[#gone + 1] = ARGV[i]
@@ -50,6 +53,12 @@ if #gone > 0 then
   end
   if rq_int(redis.call('HGET', KEYS[6], 'through')) == before then
     redis.call('HSET', KEYS[6], 'through', s)
+  end
+  -- Compaction: collected fields stay in the log; once it is much larger than the register,
+  -- the epoch ends (readers then read the whole register once, and the log restarts).
+  if redis.call('ZCARD', KEYS[4]) > 2 * redis.call('HLEN', KEYS[1]) + 1000 then
+    redis.call('DEL', KEYS[4])
+    redis.call('HDEL', KEYS[6], 'through')
   end
 end
 return #gone
