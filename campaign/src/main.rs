@@ -51,6 +51,9 @@ enum Command {
         /// Lease holder processes (one lock, writing to a fenced resource).
         #[arg(long, default_value_t = 3)]
         lock_workers: usize,
+        /// Work-distribution member processes (`redquorum dist watch --record`).
+        #[arg(long, default_value_t = 3)]
+        dist_members: usize,
         /// The redquorum binary (default: next to this one).
         #[arg(long)]
         redquorum: Option<PathBuf>,
@@ -154,6 +157,7 @@ async fn main() -> ExitCode {
             nodes,
             id_workers,
             lock_workers,
+            dist_members,
             redquorum,
             plant,
             beyond_minority,
@@ -197,6 +201,7 @@ async fn main() -> ExitCode {
                 nodes,
                 id_workers,
                 lock_workers,
+                dist_members,
                 redquorum,
                 plant,
                 beyond_minority,
@@ -275,6 +280,10 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     println!(
         "| fenced writes: no stale write accepted | {} |",
         count("fenced writes")
+    );
+    println!(
+        "| work distribution: one owner per unit | {} |",
+        count("one owner per unit")
     );
     for (g, v) in &o.violations {
         println!("violation ({g}): {v}");

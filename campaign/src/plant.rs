@@ -16,17 +16,25 @@ pub enum Plant {
     NoQuarantine,
     /// Lease holders write to the resource without the fenced guard (a plain SET).
     FencingOff,
+    /// Work-distribution members activate new tables at once, without the hand-over barrier.
+    BarrierOff,
 }
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 3] = [Plant::QuorumHalf, Plant::NoQuarantine, Plant::FencingOff];
+    pub const ALL: [Plant; 4] = [
+        Plant::QuorumHalf,
+        Plant::NoQuarantine,
+        Plant::FencingOff,
+        Plant::BarrierOff,
+    ];
 
     /// The guarantee a campaign with this bug must report broken.
     pub fn breaks(&self) -> &'static str {
         match self {
             Plant::QuorumHalf | Plant::NoQuarantine => "ids",
             Plant::FencingOff => "fenced writes",
+            Plant::BarrierOff => "one owner per unit",
         }
     }
 
@@ -35,8 +43,9 @@ impl Plant {
         match self {
             Plant::QuorumHalf => config.with_unsafe_quorum_for_tests((nodes / 2).max(1)),
             Plant::NoQuarantine => config.with_amnesia_protection_disabled_for_tests(),
-            // Not a client setting: the lease workload writes without the guard.
-            Plant::FencingOff => config,
+            // Not client settings: the lease workload writes without the guard; the member
+            // processes get `--no-barrier-for-tests`.
+            Plant::FencingOff | Plant::BarrierOff => config,
         }
     }
 
@@ -45,6 +54,7 @@ impl Plant {
             Plant::QuorumHalf => "quorum-half",
             Plant::NoQuarantine => "no-quarantine",
             Plant::FencingOff => "fencing-off",
+            Plant::BarrierOff => "barrier-off",
         }
     }
 }

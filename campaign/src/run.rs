@@ -31,6 +31,8 @@ pub struct Options {
     pub id_workers: usize,
     /// Lease holder processes.
     pub lock_workers: usize,
+    /// Work-distribution member processes (`redquorum dist watch --record`).
+    pub dist_members: usize,
     /// The `redquorum` binary (for the CLI client).
     pub redquorum: PathBuf,
     /// A planted bug, if any.
@@ -57,7 +59,16 @@ pub struct Outcome {
 enum Kind {
     Ids,
     Locks,
+    Dist,
     Cli,
+}
+
+/// The work-distribution pool and its units.
+const POOL: &str = "campaign-pool";
+const POOL_UNITS: usize = 40;
+
+fn pool_unit(i: usize) -> String {
+    format!("unit-{i:02}")
 }
 
 /// One client: its proxies to every node, and (for a workload process) the process.
@@ -110,6 +121,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     // only; it runs short processes).
     let mut kinds = vec![Kind::Ids; opts.id_workers];
     kinds.extend(vec![Kind::Locks; opts.lock_workers]);
+    kinds.extend(vec![Kind::Dist; opts.dist_members]);
     kinds.push(Kind::Cli);
     let mut clients = Vec::new();
     for (c, kind) in kinds.iter().enumerate() {
@@ -120,6 +132,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         let name = match kind {
             Kind::Ids => format!("ids-{c}"),
             Kind::Locks => format!("holder-{c}"),
+            Kind::Dist => format!("member-{c}"),
             Kind::Cli => "cli".to_string(),
         };
         clients.push(ClientSlot {
@@ -139,6 +152,18 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         dir: dir.to_path_buf(),
         clients,
     };
+    if opts.dist_members > 0 {
+        let client = redquorum::Client::connect(
+            redquorum::Config::from_urls(campaign.nodes.urls()).map_err(|e| e.to_string())?,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        redquorum::Units::new(&client, POOL)
+            .map_err(|e| e.to_string())?
+            .add(&(0..POOL_UNITS).map(pool_unit).collect::<Vec<_>>())
+            .await
+            .map_err(|e| format!("the pool's units: {e}"))?;
+    }
     for c in 0..processes {
         campaign.spawn_worker(c)?;
     }
@@ -166,6 +191,9 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut calls: Vec<Call> = cli.await.map_err(|e| e.to_string())?;
     let mut leases = history::LeaseHistory::default();
+    let index: std::collections::BTreeMap<String, u64> =
+        (0..POOL_UNITS).map(|i| (pool_unit(i), i as u64)).collect();
+    let mut ownership = Vec::new();
     for c in 0..processes {
         campaign.stop_worker(c).await;
         let slot = &campaign.clients[c];
@@ -175,6 +203,10 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             match slot.kind {
                 Kind::Ids => calls.extend(history::parse_ids(&who, &text)?),
                 Kind::Locks => history::parse_leases(&who, &text, &mut leases)?,
+                Kind::Dist => ownership.extend(
+                    redquorum_testkit::record::ownership(&who, &text, &index, origin)
+                        .map_err(|e| format!("{who}: {e}"))?,
+                ),
                 Kind::Cli => {}
             }
         }
@@ -217,6 +249,17 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         "fenced write (accepted, rejected)",
         (writes, leases.writes.len() as u64 - writes),
     );
+    if opts.dist_members > 0 {
+        outcome.operations.insert(
+            "unit ownership interval (member process)",
+            (ownership.len() as u64, 0),
+        );
+        if let Err(v) = redquorum_testkit::checker::check_single_owner(&ownership) {
+            outcome
+                .violations
+                .push(("one owner per unit", v.to_string()));
+        }
+    }
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
     }
@@ -238,24 +281,46 @@ impl Campaign {
         let path = self
             .dir
             .join(format!("{}.{}.rec", slot.name, slot.incarnations));
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("worker");
-        match slot.kind {
-            Kind::Ids => cmd.arg("ids"),
-            Kind::Locks => cmd.arg("locks").arg("--resource").arg(self.resource.url(0)),
+        let seed = (self.opts.seed ^ ((c as u64) << 32) ^ slot.incarnations as u64).to_string();
+        let mut cmd = match slot.kind {
+            Kind::Ids | Kind::Locks => {
+                let mut cmd = tokio::process::Command::new(exe);
+                cmd.arg("worker");
+                if slot.kind == Kind::Ids {
+                    cmd.arg("ids");
+                } else {
+                    cmd.arg("locks").arg("--resource").arg(self.resource.url(0));
+                }
+                cmd.arg("--nodes")
+                    .arg(urls)
+                    .arg("--out")
+                    .arg(&path)
+                    .arg("--seed")
+                    .arg(seed);
+                if let Some(p) = self.opts.plant {
+                    cmd.arg("--plant").arg(p.to_string());
+                }
+                cmd
+            }
+            Kind::Dist => {
+                let mut cmd = tokio::process::Command::new(&self.opts.redquorum);
+                cmd.arg("--nodes")
+                    .arg(urls)
+                    .args(["dist", "watch", POOL, "--interval", "500ms", "--id"])
+                    .arg(&slot.name)
+                    .arg("--record")
+                    .arg(&path)
+                    .env_remove("REDQUORUM_NODES")
+                    .env_remove("REDQUORUM_CLUSTER")
+                    .stdout(std::process::Stdio::null());
+                if self.opts.plant == Some(Plant::BarrierOff) {
+                    cmd.arg("--no-barrier-for-tests");
+                }
+                cmd
+            }
             Kind::Cli => return Ok(()),
         };
-        cmd.arg("--nodes")
-            .arg(urls)
-            .envs(envs)
-            .arg("--out")
-            .arg(&path)
-            .arg("--seed")
-            .arg((self.opts.seed ^ ((c as u64) << 32) ^ slot.incarnations as u64).to_string())
-            .kill_on_drop(true);
-        if let Some(p) = self.opts.plant {
-            cmd.arg("--plant").arg(p.to_string());
-        }
+        cmd.envs(envs).kill_on_drop(true);
         slot.child = Some(cmd.spawn().map_err(|e| format!("worker {c}: {e}"))?);
         slot.records.push(path);
         slot.incarnations += 1;

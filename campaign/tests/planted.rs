@@ -19,9 +19,13 @@ fn campaign(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
-/// Each planted bug and the guarantee it must be caught breaking. (So far the ID and lease
-/// workloads run as processes; the other planted bugs arrive with their workloads.)
-const TABLE: &[(&str, &str)] = &[("quorum-half", "ids"), ("fencing-off", "fenced writes")];
+/// Each planted bug and the guarantee it must be caught breaking. (So far the ID, lease and
+/// work-distribution workloads run as processes; the other planted bugs arrive with theirs.)
+const TABLE: &[(&str, &str)] = &[
+    ("quorum-half", "ids"),
+    ("fencing-off", "fenced writes"),
+    ("barrier-off", "one owner per unit"),
+];
 
 /// Seeds tried in turn: a planted bug that needs a fault at the right moment (a holder frozen
 /// between its check and its write) is caught by one of them; the test says which.
