@@ -54,6 +54,9 @@ enum Command {
         /// Work-distribution member processes (`redquorum dist watch --record`).
         #[arg(long, default_value_t = 3)]
         dist_members: usize,
+        /// Peer-indexing member processes (`redquorum index watch --record`).
+        #[arg(long, default_value_t = 3)]
+        index_members: usize,
         /// The redquorum binary (default: next to this one).
         #[arg(long)]
         redquorum: Option<PathBuf>,
@@ -158,6 +161,7 @@ async fn main() -> ExitCode {
             id_workers,
             lock_workers,
             dist_members,
+            index_members,
             redquorum,
             plant,
             beyond_minority,
@@ -202,6 +206,7 @@ async fn main() -> ExitCode {
                 id_workers,
                 lock_workers,
                 dist_members,
+                index_members,
                 redquorum,
                 plant,
                 beyond_minority,
@@ -211,10 +216,13 @@ async fn main() -> ExitCode {
                     let violations = outcome.violations.len();
                     print_summary(seed, &outcome);
                     if let Some(p) = plant {
-                        let caught = outcome.violations.iter().any(|(g, _)| *g == p.breaks());
+                        let caught = outcome
+                            .violations
+                            .iter()
+                            .any(|(g, _)| p.breaks().contains(g));
                         println!(
                             "planted bug {p} (breaks {}): {}",
-                            p.breaks(),
+                            p.breaks().join(" or "),
                             if caught { "caught" } else { "NOT caught" }
                         );
                     }
@@ -284,6 +292,10 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     println!(
         "| work distribution: one owner per unit | {} |",
         count("one owner per unit")
+    );
+    println!(
+        "| peer indexing: one owner per task | {} |",
+        count("one owner per task")
     );
     for (g, v) in &o.violations {
         println!("violation ({g}): {v}");

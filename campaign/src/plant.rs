@@ -16,7 +16,8 @@ pub enum Plant {
     NoQuarantine,
     /// Lease holders write to the resource without the fenced guard (a plain SET).
     FencingOff,
-    /// Work-distribution members activate new tables at once, without the hand-over barrier.
+    /// Work-distribution and peer-indexing members activate new tables and views at once,
+    /// without the hand-over barrier.
     BarrierOff,
 }
 
@@ -29,12 +30,12 @@ impl Plant {
         Plant::BarrierOff,
     ];
 
-    /// The guarantee a campaign with this bug must report broken.
-    pub fn breaks(&self) -> &'static str {
+    /// The guarantees a campaign with this bug must report broken (any of them).
+    pub fn breaks(&self) -> &'static [&'static str] {
         match self {
-            Plant::QuorumHalf | Plant::NoQuarantine => "ids",
-            Plant::FencingOff => "fenced writes",
-            Plant::BarrierOff => "one owner per unit",
+            Plant::QuorumHalf | Plant::NoQuarantine => &["ids"],
+            Plant::FencingOff => &["fenced writes"],
+            Plant::BarrierOff => &["one owner per unit", "one owner per task"],
         }
     }
 

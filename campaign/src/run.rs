@@ -33,6 +33,8 @@ pub struct Options {
     pub lock_workers: usize,
     /// Work-distribution member processes (`redquorum dist watch --record`).
     pub dist_members: usize,
+    /// Peer-indexing member processes (`redquorum index watch --record`).
+    pub index_members: usize,
     /// The `redquorum` binary (for the CLI client).
     pub redquorum: PathBuf,
     /// A planted bug, if any.
@@ -60,8 +62,13 @@ enum Kind {
     Ids,
     Locks,
     Dist,
+    Index,
     Cli,
 }
+
+/// The peer-indexing group and the tasks its members' records cover.
+const GROUP: &str = "campaign-group";
+const GROUP_TASKS: u64 = 64;
 
 /// The work-distribution pool and its units.
 const POOL: &str = "campaign-pool";
@@ -122,6 +129,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let mut kinds = vec![Kind::Ids; opts.id_workers];
     kinds.extend(vec![Kind::Locks; opts.lock_workers]);
     kinds.extend(vec![Kind::Dist; opts.dist_members]);
+    kinds.extend(vec![Kind::Index; opts.index_members]);
     kinds.push(Kind::Cli);
     let mut clients = Vec::new();
     for (c, kind) in kinds.iter().enumerate() {
@@ -133,6 +141,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             Kind::Ids => format!("ids-{c}"),
             Kind::Locks => format!("holder-{c}"),
             Kind::Dist => format!("member-{c}"),
+            Kind::Index => format!("instance-{c}"),
             Kind::Cli => "cli".to_string(),
         };
         clients.push(ClientSlot {
@@ -194,6 +203,9 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let index: std::collections::BTreeMap<String, u64> =
         (0..POOL_UNITS).map(|i| (pool_unit(i), i as u64)).collect();
     let mut ownership = Vec::new();
+    let tasks: std::collections::BTreeMap<String, u64> =
+        (0..GROUP_TASKS).map(|t| (t.to_string(), t)).collect();
+    let mut indexing = Vec::new();
     for c in 0..processes {
         campaign.stop_worker(c).await;
         let slot = &campaign.clients[c];
@@ -205,6 +217,10 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                 Kind::Locks => history::parse_leases(&who, &text, &mut leases)?,
                 Kind::Dist => ownership.extend(
                     redquorum_testkit::record::ownership(&who, &text, &index, origin)
+                        .map_err(|e| format!("{who}: {e}"))?,
+                ),
+                Kind::Index => indexing.extend(
+                    redquorum_testkit::record::ownership(&who, &text, &tasks, origin)
                         .map_err(|e| format!("{who}: {e}"))?,
                 ),
                 Kind::Cli => {}
@@ -260,6 +276,17 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                 .push(("one owner per unit", v.to_string()));
         }
     }
+    if opts.index_members > 0 {
+        outcome.operations.insert(
+            "task ownership interval (group member process)",
+            (indexing.len() as u64, 0),
+        );
+        if let Err(v) = redquorum_testkit::checker::check_single_owner(&indexing) {
+            outcome
+                .violations
+                .push(("one owner per task", v.to_string()));
+        }
+    }
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
     }
@@ -310,6 +337,24 @@ impl Campaign {
                     .arg(&slot.name)
                     .arg("--record")
                     .arg(&path)
+                    .env_remove("REDQUORUM_NODES")
+                    .env_remove("REDQUORUM_CLUSTER")
+                    .stdout(std::process::Stdio::null());
+                if self.opts.plant == Some(Plant::BarrierOff) {
+                    cmd.arg("--no-barrier-for-tests");
+                }
+                cmd
+            }
+            Kind::Index => {
+                let mut cmd = tokio::process::Command::new(&self.opts.redquorum);
+                cmd.arg("--nodes")
+                    .arg(urls)
+                    .args(["index", "watch", GROUP, "--interval", "500ms", "--id"])
+                    .arg(&slot.name)
+                    .arg("--record")
+                    .arg(&path)
+                    .arg("--tasks")
+                    .arg(GROUP_TASKS.to_string())
                     .env_remove("REDQUORUM_NODES")
                     .env_remove("REDQUORUM_CLUSTER")
                     .stdout(std::process::Stdio::null());

@@ -214,6 +214,18 @@ enum IndexCommand {
         /// This instance's ID (default: hostname-pid).
         #[arg(long)]
         id: Option<String>,
+        /// Testing aid: append this member's ownership of tasks 0..--tasks to FILE
+        /// (CLOCK_MONOTONIC times; see cli/src/record.rs) for a checker in another process.
+        #[arg(long, hide = true, value_name = "FILE")]
+        record: Option<std::path::PathBuf>,
+        /// The tasks recorded (0..N).
+        #[arg(long, hide = true, default_value_t = 64)]
+        tasks: u64,
+        /// TEST ONLY (builds with the test-util feature): activate new views at once, without
+        /// the transition barrier.
+        #[cfg(feature = "test-util")]
+        #[arg(long, hide = true)]
+        no_barrier_for_tests: bool,
     },
 }
 
@@ -340,7 +352,36 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             group,
             interval,
             id,
-        }) => index_watch(&client, &group, interval, id).await,
+            record,
+            tasks,
+            #[cfg(feature = "test-util")]
+            no_barrier_for_tests,
+        }) => {
+            let mut opts = redquorum::GroupOptions::default().with_interval(interval);
+            #[cfg(feature = "test-util")]
+            if no_barrier_for_tests {
+                opts = opts.without_barrier_for_tests();
+            }
+            let recorder = match record {
+                Some(path) => match record::Recorder::create(&path, Some(tasks)) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        eprintln!("redquorum: --record {}: {e}", path.display());
+                        return Ok(ExitCode::from(2));
+                    }
+                },
+                None => None,
+            };
+            if let Some(r) = &recorder {
+                let r = r.clone();
+                let hook: redquorum::DrainHook = std::sync::Arc::new(move |d| {
+                    r.drain(&r.given_up(&d));
+                    Box::pin(async {})
+                });
+                opts = opts.with_drain(interval, hook);
+            }
+            index_watch(&client, &group, id, opts, recorder).await
+        }
         Command::Lock(LockCommand::Run {
             name,
             ttl,
@@ -385,7 +426,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 opts = opts.without_barrier_for_tests();
             }
             let recorder = match record {
-                Some(path) => match record::Recorder::create(&path) {
+                Some(path) => match record::Recorder::create(&path, None) {
                     Ok(r) => Some(r),
                     Err(e) => {
                         eprintln!("redquorum: --record {}: {e}", path.display());
@@ -398,7 +439,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 // The drain hook records the units stopped before the member acknowledges.
                 let r = r.clone();
                 let hook: redquorum::DrainHook = std::sync::Arc::new(move |d| {
-                    r.drain(&d.units_given_up());
+                    r.drain(&r.given_up(&d));
                     Box::pin(async {})
                 });
                 opts = opts.with_drain(interval, hook);
@@ -782,25 +823,24 @@ async fn dist_watch(
 async fn index_watch(
     client: &Client,
     group: &str,
-    interval: Duration,
     id: Option<String>,
+    opts: redquorum::GroupOptions,
+    recorder: Option<record::Recorder>,
 ) -> Result<ExitCode, redquorum::Error> {
-    use redquorum::{GroupOptions, Member, ViewState};
+    use redquorum::{Member, ViewState};
     use std::io::Write;
 
     let id = id.unwrap_or_else(default_id);
-    let member = Member::join(
-        client,
-        group,
-        &id,
-        GroupOptions::default().with_interval(interval),
-    )
-    .await?;
+    let member = Member::join(client, group, &id, opts).await?;
+    let mut changes = member.changes();
     let mut views = member.views();
     let mut last: Option<String> = None;
     let stop = shutdown_signal();
     tokio::pin!(stop);
     loop {
+        if let Some(r) = &recorder {
+            r.assign(changes.borrow_and_update().as_ref());
+        }
         let line = views.borrow_and_update().as_ref().and_then(|v| {
             let index = v.index_of(member.key())?;
             let token = v.version.token()?;
@@ -822,8 +862,12 @@ async fn index_watch(
         }
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
+            changed = changes.changed(), if recorder.is_some() => if changed.is_err() { break },
             _ = &mut stop => break,
         }
+    }
+    if let Some(r) = &recorder {
+        r.stop();
     }
     member.leave().await;
     Ok(ExitCode::SUCCESS)

@@ -1,4 +1,5 @@
-//! `dist watch --record FILE`: an ownership record a checker in another process can read.
+//! `dist watch --record FILE` and `index watch --record FILE --tasks N`: an ownership record a
+//! checker in another process can read (peer indexing records the tasks `0..N` it owns).
 //!
 //! Every process on one machine shares `CLOCK_MONOTONIC`, so intervals recorded by different
 //! member processes (and by the test that kills and freezes them) compare. One line per event,
@@ -39,6 +40,9 @@ fn monotonic_ns() -> u64 {
 #[derive(Clone)]
 pub(crate) struct Recorder {
     file: Arc<Mutex<File>>,
+    /// Peer indexing: record the tasks `0..n` an assignment covers (work distribution: its
+    /// units).
+    tasks: Option<u64>,
     /// An `Instant` and the `CLOCK_MONOTONIC` reading taken with it (std's `Instant` is
     /// `CLOCK_MONOTONIC` on Linux; the pair converts a deadline without trusting that).
     origin: (Instant, u64),
@@ -46,10 +50,11 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     /// Create (or truncate) `path`.
-    pub(crate) fn create(path: &std::path::Path) -> std::io::Result<Recorder> {
+    pub(crate) fn create(path: &std::path::Path, tasks: Option<u64>) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         Ok(Recorder {
             file: Arc::new(Mutex::new(file)),
+            tasks,
             origin: (Instant::now(), monotonic_ns()),
         })
     }
@@ -83,11 +88,28 @@ impl Recorder {
                     ViewState::Active => "active",
                 };
                 let mut fields = vec!["assign", &at, &until, &token, state];
-                let units: Vec<&String> = a.units().into_iter().flatten().collect();
-                fields.extend(units.iter().map(|u| u.as_str()));
+                let owned: Vec<String> = match self.tasks {
+                    Some(n) => (0..n)
+                        .filter(|t| a.covers(*t))
+                        .map(|t| t.to_string())
+                        .collect(),
+                    None => a.units().into_iter().flatten().cloned().collect(),
+                };
+                fields.extend(owned.iter().map(String::as_str));
                 self.line(&fields);
             }
             None => self.line(&["assign", &at, &at, "0", "active"]),
+        }
+    }
+
+    /// What a drain gives up: its units, or (peer indexing) the tasks `0..n` it gives up.
+    pub(crate) fn given_up(&self, d: &redquorum::Drain) -> Vec<String> {
+        match self.tasks {
+            Some(n) => (0..n)
+                .filter(|t| d.gives_up(*t))
+                .map(|t| t.to_string())
+                .collect(),
+            None => d.units_given_up(),
         }
     }
 
