@@ -16,6 +16,9 @@ pub enum Plant {
     NoQuarantine,
     /// Lease holders write to the resource without the fenced guard (a plain SET).
     FencingOff,
+    /// Leases expire on the nodes' wall clocks (Redis `PEXPIRE`) and a lost copy stays lost:
+    /// the classic Redlock design.
+    ServerClockLeases,
     /// Work-distribution and peer-indexing members activate new tables and views at once,
     /// without the hand-over barrier.
     BarrierOff,
@@ -23,10 +26,11 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 4] = [
+    pub const ALL: [Plant; 5] = [
         Plant::QuorumHalf,
         Plant::NoQuarantine,
         Plant::FencingOff,
+        Plant::ServerClockLeases,
         Plant::BarrierOff,
     ];
 
@@ -35,6 +39,7 @@ impl Plant {
         match self {
             Plant::QuorumHalf | Plant::NoQuarantine => &["ids"],
             Plant::FencingOff => &["fenced writes"],
+            Plant::ServerClockLeases => &["leases", "fenced writes"],
             Plant::BarrierOff => &["one owner per unit", "one owner per task"],
         }
     }
@@ -44,6 +49,7 @@ impl Plant {
         match self {
             Plant::QuorumHalf => config.with_unsafe_quorum_for_tests((nodes / 2).max(1)),
             Plant::NoQuarantine => config.with_amnesia_protection_disabled_for_tests(),
+            Plant::ServerClockLeases => config.with_server_clock_leases_for_tests(),
             // Not client settings: the lease workload writes without the guard; the member
             // processes get `--no-barrier-for-tests`.
             Plant::FencingOff | Plant::BarrierOff => config,
@@ -55,6 +61,7 @@ impl Plant {
             Plant::QuorumHalf => "quorum-half",
             Plant::NoQuarantine => "no-quarantine",
             Plant::FencingOff => "fencing-off",
+            Plant::ServerClockLeases => "server-clock-leases",
             Plant::BarrierOff => "barrier-off",
         }
     }

@@ -24,6 +24,7 @@ fn campaign(args: &[&str]) -> (Option<i32>, String) {
 const TABLE: &[(&str, &str)] = &[
     ("quorum-half", "ids"),
     ("fencing-off", "fenced writes"),
+    ("server-clock-leases", "leases"),
     // Work distribution or peer indexing, whichever hand-over the faults hit first.
     ("barrier-off", "one owner per"),
 ];
