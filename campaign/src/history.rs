@@ -176,6 +176,58 @@ pub fn check_fenced_writes(h: &LeaseHistory) -> Result<(), String> {
     Ok(())
 }
 
+/// What the job processes recorded: (who, at, period) of every work begun and every
+/// completion recorded.
+#[derive(Clone, Debug, Default)]
+pub struct JobHistory {
+    /// Works begun: (who, at, period, token).
+    pub begun: Vec<(String, u64, u64, u64)>,
+    /// Completions recorded (run_period returned Ran): (who, at, period, token).
+    pub ran: Vec<(String, u64, u64, u64)>,
+}
+
+/// Parse a job process's record into `into`.
+pub fn parse_jobs(who: &str, text: &str, into: &mut JobHistory) -> Result<(), String> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.is_empty() || i + 1 == lines.len() {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |k: usize| -> Result<u64, String> {
+            f.get(k)
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
+        };
+        let entry = (who.to_string(), num(1)?, num(2)?, num(3)?);
+        match f[0] {
+            "begin" => into.begun.push(entry),
+            "ran" => into.ran.push(entry),
+            _ => return Err(format!("{who} line {}: {line:?}", i + 1)),
+        }
+    }
+    Ok(())
+}
+
+/// A period's work runs again only if no completion of that period was recorded before it
+/// began (a runner that died mid-work allows another run; a recorded completion does not).
+pub fn check_jobs(h: &JobHistory) -> Result<(), String> {
+    for b in &h.begun {
+        if let Some(r) = h.ran.iter().find(|r| r.2 == b.2 && r.1 < b.1) {
+            return Err(format!(
+                "period {} ran again: {} began it (token {}) {} ns after {} recorded its completion (token {})",
+                b.2,
+                b.0,
+                b.3,
+                b.1 - r.1,
+                r.0,
+                r.3
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +283,19 @@ mod tests {
         h.writes[1].4 = true;
         let err = check_fenced_writes(&h).expect_err("stale");
         assert!(err.contains("token 7") && err.contains("token 9"), "{err}");
+    }
+
+    #[test]
+    fn a_period_begun_after_its_recorded_completion_is_a_violation() {
+        let mut h = JobHistory::default();
+        parse_jobs("a", "begin\t10\t5\t1\nran\t20\t5\t1\n", &mut h).expect("parses");
+        parse_jobs("b", "begin\t15\t5\t2\n", &mut h).expect("parses");
+        assert!(
+            check_jobs(&h).is_ok(),
+            "b began before a's completion was recorded"
+        );
+        parse_jobs("c", "begin\t30\t5\t3\n", &mut h).expect("parses");
+        let err = check_jobs(&h).expect_err("c ran a completed period");
+        assert!(err.contains("period 5 ran again"), "{err}");
     }
 }

@@ -57,6 +57,9 @@ enum Command {
         /// Peer-indexing member processes (`redquorum index watch --record`).
         #[arg(long, default_value_t = 3)]
         index_members: usize,
+        /// Periodic-job runner processes (one job, a period of 2 s).
+        #[arg(long, default_value_t = 2)]
+        job_workers: usize,
         /// The redquorum binary (default: next to this one).
         #[arg(long)]
         redquorum: Option<PathBuf>,
@@ -88,6 +91,17 @@ enum WorkerCommand {
         seed: u64,
         #[arg(long, default_value = "campaign")]
         sequence: String,
+        #[arg(long)]
+        plant: Option<plant::Plant>,
+    },
+    /// A periodic-job runner in a loop.
+    Jobs {
+        #[arg(long)]
+        nodes: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seed: u64,
         #[arg(long)]
         plant: Option<plant::Plant>,
     },
@@ -136,6 +150,21 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Worker(WorkerCommand::Jobs {
+            nodes,
+            out,
+            seed,
+            plant,
+        }) => {
+            let urls: Vec<String> = nodes.split(',').map(String::from).collect();
+            match worker::jobs(&urls, &out, seed, plant).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rq-campaign worker: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Worker(WorkerCommand::Locks {
             nodes,
             resource,
@@ -162,6 +191,7 @@ async fn main() -> ExitCode {
             lock_workers,
             dist_members,
             index_members,
+            job_workers,
             redquorum,
             plant,
             beyond_minority,
@@ -207,6 +237,7 @@ async fn main() -> ExitCode {
                 lock_workers,
                 dist_members,
                 index_members,
+                job_workers,
                 redquorum,
                 plant,
                 beyond_minority,
@@ -296,6 +327,10 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     println!(
         "| peer indexing: one owner per task | {} |",
         count("one owner per task")
+    );
+    println!(
+        "| periodic jobs: no run after a recorded completion | {} |",
+        count("periodic jobs")
     );
     for (g, v) in &o.violations {
         println!("violation ({g}): {v}");

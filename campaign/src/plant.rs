@@ -16,6 +16,8 @@ pub enum Plant {
     NoQuarantine,
     /// Lease holders write to the resource without the fenced guard (a plain SET).
     FencingOff,
+    /// Periodic jobs run under a plain lock: the completion record is neither read nor written.
+    NoCompletionCheck,
     /// Leases expire on the nodes' wall clocks (Redis `PEXPIRE`) and a lost copy stays lost:
     /// the classic Redlock design.
     ServerClockLeases,
@@ -26,10 +28,11 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 5] = [
+    pub const ALL: [Plant; 6] = [
         Plant::QuorumHalf,
         Plant::NoQuarantine,
         Plant::FencingOff,
+        Plant::NoCompletionCheck,
         Plant::ServerClockLeases,
         Plant::BarrierOff,
     ];
@@ -39,6 +42,7 @@ impl Plant {
         match self {
             Plant::QuorumHalf | Plant::NoQuarantine => &["ids"],
             Plant::FencingOff => &["fenced writes"],
+            Plant::NoCompletionCheck => &["periodic jobs"],
             Plant::ServerClockLeases => &["leases", "fenced writes"],
             Plant::BarrierOff => &["one owner per unit", "one owner per task"],
         }
@@ -52,7 +56,7 @@ impl Plant {
             Plant::ServerClockLeases => config.with_server_clock_leases_for_tests(),
             // Not client settings: the lease workload writes without the guard; the member
             // processes get `--no-barrier-for-tests`.
-            Plant::FencingOff | Plant::BarrierOff => config,
+            Plant::FencingOff | Plant::BarrierOff | Plant::NoCompletionCheck => config,
         }
     }
 
@@ -61,6 +65,7 @@ impl Plant {
             Plant::QuorumHalf => "quorum-half",
             Plant::NoQuarantine => "no-quarantine",
             Plant::FencingOff => "fencing-off",
+            Plant::NoCompletionCheck => "no-completion-check",
             Plant::ServerClockLeases => "server-clock-leases",
             Plant::BarrierOff => "barrier-off",
         }

@@ -35,6 +35,8 @@ pub struct Options {
     pub dist_members: usize,
     /// Peer-indexing member processes (`redquorum index watch --record`).
     pub index_members: usize,
+    /// Periodic-job runner processes.
+    pub job_workers: usize,
     /// The `redquorum` binary (for the CLI client).
     pub redquorum: PathBuf,
     /// A planted bug, if any.
@@ -63,6 +65,7 @@ enum Kind {
     Locks,
     Dist,
     Index,
+    Jobs,
     Cli,
 }
 
@@ -130,6 +133,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     kinds.extend(vec![Kind::Locks; opts.lock_workers]);
     kinds.extend(vec![Kind::Dist; opts.dist_members]);
     kinds.extend(vec![Kind::Index; opts.index_members]);
+    kinds.extend(vec![Kind::Jobs; opts.job_workers]);
     kinds.push(Kind::Cli);
     let mut clients = Vec::new();
     for (c, kind) in kinds.iter().enumerate() {
@@ -142,6 +146,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             Kind::Locks => format!("holder-{c}"),
             Kind::Dist => format!("member-{c}"),
             Kind::Index => format!("instance-{c}"),
+            Kind::Jobs => format!("runner-{c}"),
             Kind::Cli => "cli".to_string(),
         };
         clients.push(ClientSlot {
@@ -206,6 +211,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let tasks: std::collections::BTreeMap<String, u64> =
         (0..GROUP_TASKS).map(|t| (t.to_string(), t)).collect();
     let mut indexing = Vec::new();
+    let mut jobs = history::JobHistory::default();
     for c in 0..processes {
         campaign.stop_worker(c).await;
         let slot = &campaign.clients[c];
@@ -223,6 +229,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                     redquorum_testkit::record::ownership(&who, &text, &tasks, origin)
                         .map_err(|e| format!("{who}: {e}"))?,
                 ),
+                Kind::Jobs => history::parse_jobs(&who, &text, &mut jobs)?,
                 Kind::Cli => {}
             }
         }
@@ -287,6 +294,15 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                 .push(("one owner per task", v.to_string()));
         }
     }
+    if opts.job_workers > 0 {
+        outcome.operations.insert(
+            "periodic job work (begun, completions recorded)",
+            (jobs.begun.len() as u64, jobs.ran.len() as u64),
+        );
+        if let Err(v) = history::check_jobs(&jobs) {
+            outcome.violations.push(("periodic jobs", v));
+        }
+    }
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
     }
@@ -310,14 +326,14 @@ impl Campaign {
             .join(format!("{}.{}.rec", slot.name, slot.incarnations));
         let seed = (self.opts.seed ^ ((c as u64) << 32) ^ slot.incarnations as u64).to_string();
         let mut cmd = match slot.kind {
-            Kind::Ids | Kind::Locks => {
+            Kind::Ids | Kind::Locks | Kind::Jobs => {
                 let mut cmd = tokio::process::Command::new(exe);
                 cmd.arg("worker");
-                if slot.kind == Kind::Ids {
-                    cmd.arg("ids");
-                } else {
-                    cmd.arg("locks").arg("--resource").arg(self.resource.url(0));
-                }
+                match slot.kind {
+                    Kind::Ids => cmd.arg("ids"),
+                    Kind::Jobs => cmd.arg("jobs"),
+                    _ => cmd.arg("locks").arg("--resource").arg(self.resource.url(0)),
+                };
                 cmd.arg("--nodes")
                     .arg(urls)
                     .arg("--out")

@@ -8,6 +8,8 @@
 //! Leases: acq  <start> <end> <token> <valid_until>     acquired (err as above when not)
 //!         w    <start> <end> <token> <accepted 0|1> <valid_until>   a fenced write
 //!         rel  <at> <token>                            stops relying on the lease (release)
+//! Jobs:   begin <at> <period> <token>                  the period's work begins
+//!         ran   <at> <period> <token>                  run_period returned Ran (recorded)
 //! ```
 //!
 //! A holder's tenure runs from its `acq` line's end to the first of its `rel` line and the
@@ -154,6 +156,78 @@ pub async fn locks(
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
     }
 }
+
+/// The periodic-job workload: the period is `CLOCK_MONOTONIC / JOB_PERIOD` (shared by every
+/// process of the machine); each process runs `run_period` for the current period, whose
+/// work records `begin`, pauses 50-400 ms and returns; a `Ran` outcome records `ran`.
+/// `plant = NoCompletionCheck` runs the work under a plain lock instead (no completion record
+/// is read or written).
+pub async fn jobs(
+    urls: &[String],
+    out: &Path,
+    seed: u64,
+    plant: Option<Plant>,
+) -> Result<(), String> {
+    use redquorum::{JobOutcome, Lock, PeriodicJob};
+    use std::sync::{Arc, Mutex};
+
+    let file = Arc::new(Mutex::new(
+        File::create(out).map_err(|e| format!("{}: {e}", out.display()))?,
+    ));
+    let write = {
+        let file = file.clone();
+        move |l: String| {
+            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = f.write_all(l.as_bytes());
+        }
+    };
+    let mut config = Config::from_urls(urls).map_err(|e| e.to_string())?;
+    if let Some(p) = plant {
+        config = p.apply(config, urls.len());
+    }
+    let client = Client::connect(config).await.map_err(|e| e.to_string())?;
+    let job = PeriodicJob::new(&client, "campaign-job", LEASE_TTL).map_err(|e| e.to_string())?;
+    let plain = Lock::new(&client, "campaign-job-plain", LEASE_TTL).map_err(|e| e.to_string())?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    loop {
+        let period = monotonic_ns() / JOB_PERIOD.as_nanos() as u64;
+        let pause = Duration::from_millis(rng.random_range(50..400));
+        let work = {
+            let write = write.clone();
+            move |token: u64| async move {
+                write(format!("begin\t{}\t{period}\t{token}\n", monotonic_ns()));
+                tokio::time::sleep(pause).await;
+            }
+        };
+        if plant == Some(Plant::NoCompletionCheck) {
+            if let Ok(g) = plain.acquire(Duration::from_millis(300)).await {
+                let token = g.token().get();
+                work(token).await;
+                write(format!("ran\t{}\t{period}\t{token}\n", monotonic_ns()));
+                let _ = g.release().await;
+            }
+        } else {
+            let outcome = job
+                .run_period(
+                    &period.to_string(),
+                    Duration::from_millis(300),
+                    |token, _| work(token.get()),
+                )
+                .await;
+            if let Ok(JobOutcome::Ran { token, .. }) = outcome {
+                write(format!(
+                    "ran\t{}\t{period}\t{}\n",
+                    monotonic_ns(),
+                    token.get()
+                ));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+    }
+}
+
+/// The periodic job's period.
+pub const JOB_PERIOD: Duration = Duration::from_secs(2);
 
 /// The lease workload's TTL: short, so holders frozen for seconds are frozen past it.
 pub const LEASE_TTL: Duration = Duration::from_millis(1000);

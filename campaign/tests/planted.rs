@@ -68,6 +68,11 @@ fn leases_on_server_clocks_are_caught_as_two_holders() {
 }
 
 #[test]
+fn a_job_that_ignores_its_completion_record_is_caught_running_a_period_twice() {
+    caught("no-completion-check", "periodic jobs");
+}
+
+#[test]
 fn the_barrier_off_is_caught_as_two_owners() {
     // Work distribution or peer indexing, whichever hand-over the faults hit first.
     caught("barrier-off", "one owner per");
