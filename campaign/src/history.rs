@@ -79,6 +79,8 @@ pub struct LeaseHistory {
     pub acquired: u64,
     /// Tries that failed (held by another, no majority, ...).
     pub failed: u64,
+    /// Every try: (start, end, acquired).
+    pub attempts: Vec<(u64, u64, bool)>,
 }
 
 /// Parse a lease holder's record (see `worker.rs`) into `into`.
@@ -103,10 +105,14 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
                 .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
         };
         match f[0] {
-            "err" => into.failed += 1,
+            "err" => {
+                into.failed += 1;
+                into.attempts.push((num(1)?, num(2)?, false));
+            }
             "acq" => {
                 close(&mut open, None, into);
                 into.acquired += 1;
+                into.attempts.push((num(1)?, num(2)?, true));
                 open = Some((num(3)?, num(2)?, num(4)?));
             }
             "w" => {

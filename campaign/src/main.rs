@@ -337,8 +337,13 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     }
     println!();
     println!(
-        "availability: {:.1}% of operations succeeded while a fault was active, {:.1}% while none was (seed {seed})",
+        "availability: {:.1}% of operations (ID calls, lease tries) succeeded while a fault was active, {:.1}% while none was (seed {seed})",
         o.availability.0 * 100.0,
         o.availability.1 * 100.0
+    );
+    println!(
+        "ID call p99 (workload processes): {:.1} ms while a fault was active, {:.1} ms while none was",
+        o.id_p99.0.as_secs_f64() * 1000.0,
+        o.id_p99.1.as_secs_f64() * 1000.0
     );
 }

@@ -54,8 +54,12 @@ pub struct Outcome {
     pub faults: BTreeMap<&'static str, u64>,
     /// Violations by guarantee, each with its description.
     pub violations: Vec<(&'static str, String)>,
-    /// Share of operations that succeeded while some fault was active, and while none was.
+    /// Share of operations (ID calls, lease tries) that succeeded while some fault was active,
+    /// and while none was.
     pub availability: (f64, f64),
+    /// p99 latency of the workload processes' ID calls while some fault was active, and while
+    /// none was.
+    pub id_p99: (Duration, Duration),
 }
 
 /// What a client runs.
@@ -239,11 +243,13 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         faults: BTreeMap::new(),
         violations: Vec::new(),
         availability: (0.0, 0.0),
+        id_p99: (Duration::ZERO, Duration::ZERO),
     };
     for p in &plan {
         *outcome.faults.entry(p.fault.kind()).or_default() += 1;
     }
     let (mut faulty, mut healthy) = ((0u64, 0u64), (0u64, 0u64));
+    let (mut lat_faulty, mut lat_healthy) = (Vec::new(), Vec::new());
     for c in &calls {
         let kind = if c.who.starts_with("cli") {
             "id (cli process)"
@@ -260,9 +266,29 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         let slot = if during { &mut faulty } else { &mut healthy };
         slot.0 += 1;
         slot.1 += u64::from(c.ids.is_some());
+        if c.ids.is_some() && !c.who.starts_with("cli") {
+            let lat = c.end.saturating_sub(c.start);
+            if during {
+                lat_faulty.push(lat);
+            } else {
+                lat_healthy.push(lat);
+            }
+        }
+    }
+    for (start, end, ok) in &leases.attempts {
+        let during = windows.iter().any(|(a, b)| *start < *b && *a < *end);
+        let slot = if during { &mut faulty } else { &mut healthy };
+        slot.0 += 1;
+        slot.1 += u64::from(*ok);
     }
     let share = |(n, ok): (u64, u64)| if n == 0 { 1.0 } else { ok as f64 / n as f64 };
     outcome.availability = (share(faulty), share(healthy));
+    let p99 = |mut v: Vec<u64>| -> Duration {
+        v.sort_unstable();
+        let i = (v.len() * 99 / 100).min(v.len().saturating_sub(1));
+        Duration::from_nanos(v.get(i).copied().unwrap_or(0))
+    };
+    outcome.id_p99 = (p99(lat_faulty), p99(lat_healthy));
     outcome.operations.insert(
         "lease acquisition (holder process)",
         (leases.acquired, leases.failed),
