@@ -407,7 +407,11 @@ impl Campaign {
             }
             Kind::Cli => return Ok(()),
         };
-        cmd.envs(envs).kill_on_drop(true);
+        // Each process's stderr goes to a log beside its record: the campaign's own output
+        // stays the summary (its last line is read by scripts).
+        let log = std::fs::File::create(path.with_extension("log"))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        cmd.envs(envs).stderr(log).kill_on_drop(true);
         slot.child = Some(cmd.spawn().map_err(|e| format!("worker {c}: {e}"))?);
         slot.records.push(path);
         slot.incarnations += 1;

@@ -5,18 +5,19 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rq-campaign");
 
-fn campaign(args: &[&str]) -> (Option<i32>, String) {
+/// Run a campaign: its exit code, its stdout (the summary, ending with the exact last line)
+/// and its stderr.
+fn campaign(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(BIN)
         .arg("run")
         .args(args)
         .output()
         .expect("rq-campaign runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Seeds tried in turn: a planted bug that needs a fault at the right moment (a holder frozen
@@ -28,7 +29,8 @@ const SEEDS: [&str; 3] = ["3", "4", "5"];
 fn caught(plant: &str, guarantee: &str) {
     let mut tried = Vec::new();
     let caught = SEEDS.iter().find(|seed| {
-        let (code, text) = campaign(&["--seed", seed, "--duration", "30s", "--plant", plant]);
+        let (code, text, stderr) =
+            campaign(&["--seed", seed, "--duration", "30s", "--plant", plant]);
         let last = text
             .trim_end()
             .lines()
@@ -37,7 +39,7 @@ fn caught(plant: &str, guarantee: &str) {
             .to_string();
         assert!(
             last.starts_with(&format!("campaign: seed={seed} operations=")),
-            "{plant}: last line {last:?}\n{text}"
+            "{plant}: last line {last:?}\n{text}\n{stderr}"
         );
         let found = code == Some(1) && text.contains(&format!("violation ({guarantee}"));
         tried.push(format!("seed {seed}: exit {code:?}, {last}"));
@@ -80,7 +82,7 @@ fn the_barrier_off_is_caught_as_two_owners() {
 
 #[test]
 fn a_bad_planted_bug_name_is_refused_with_the_list() {
-    let (code, text) = campaign(&["--plant", "nonsense"]);
-    assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("quorum-half"), "{text}");
+    let (code, _, stderr) = campaign(&["--plant", "nonsense"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("quorum-half"), "{stderr}");
 }
