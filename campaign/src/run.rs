@@ -486,9 +486,36 @@ impl Campaign {
                 self.clients[c].proxies[n].set_latency(Duration::from_millis(ms))
             }
             Fault::ClientKill(c) => self.stop_worker(c).await,
-            Fault::ClientFreeze(c) => self.signal_worker(c, Signal::SIGSTOP),
+            Fault::ClientFreeze(c) => {
+                if self.clients[c].kind == Kind::Locks {
+                    self.until_holding(c).await;
+                }
+                self.signal_worker(c, Signal::SIGSTOP)
+            }
         }
         Ok(())
+    }
+
+    /// A targeted freeze: wait (up to 2 s) until lease holder `c` holds the lease (its record
+    /// ends with an acquisition or a write), so the freeze lands between its check and its
+    /// next write, where a late write needs the fencing.
+    async fn until_holding(&self, c: usize) {
+        let Some(path) = self.clients[c].records.last() else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let last = text
+                .trim_end_matches('\n')
+                .rsplit('\n')
+                .next()
+                .unwrap_or("");
+            if last.starts_with("acq\t") || last.starts_with("w\t") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     async fn end(&mut self, fault: Fault) -> Result<(), String> {
