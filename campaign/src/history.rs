@@ -19,25 +19,60 @@ pub struct Call {
     pub ids: Option<(u64, u64)>,
 }
 
+/// One whole line of a record: tab-separated fields, the first naming the event.
+struct RecordLine<'a> {
+    who: &'a str,
+    number: usize,
+    text: &'a str,
+    fields: Vec<&'a str>,
+}
+
+impl RecordLine<'_> {
+    fn kind(&self) -> &str {
+        self.fields.first().copied().unwrap_or("")
+    }
+
+    /// Field `k` as a number, or the error naming the line.
+    fn num(&self, k: usize) -> Result<u64, String> {
+        self.fields
+            .get(k)
+            .and_then(|x| x.parse().ok())
+            .ok_or_else(|| self.bad())
+    }
+
+    fn bad(&self) -> String {
+        format!("{} line {}: {:?}", self.who, self.number, self.text)
+    }
+}
+
+/// The whole lines of a record; a partial last line (a process killed mid-write) and empty
+/// lines are left out.
+fn record_lines<'a>(who: &'a str, text: &'a str) -> Vec<RecordLine<'a>> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let whole = lines.len().saturating_sub(1);
+    lines[..whole]
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(i, l)| RecordLine {
+            who,
+            number: i + 1,
+            text: l,
+            fields: l.split('\t').collect(),
+        })
+        .collect()
+}
+
 /// Parse a worker's ID record (see `worker.rs`); a partial last line (a process killed
 /// mid-write) is ignored.
 pub fn parse_ids(who: &str, text: &str) -> Result<Vec<Call>, String> {
     let mut out = Vec::new();
-    let lines: Vec<&str> = text.split('\n').collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.is_empty() || i + 1 == lines.len() {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        let num = |k: usize| -> Result<u64, String> {
-            f.get(k)
-                .and_then(|x| x.parse().ok())
-                .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
-        };
-        let ids = match f[0] {
+    for line in record_lines(who, text) {
+        let num = |k: usize| line.num(k);
+        let ids = match line.kind() {
             "ok" => Some((num(3)?, num(4)?)),
             "err" => None,
-            _ => return Err(format!("{who} line {}: {line:?}", i + 1)),
+            _ => return Err(line.bad()),
         };
         out.push(Call {
             who: who.to_string(),
@@ -85,7 +120,6 @@ pub struct LeaseHistory {
 
 /// Parse a lease holder's record (see `worker.rs`) into `into`.
 pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<(), String> {
-    let lines: Vec<&str> = text.split('\n').collect();
     // The open tenure: token, start, last valid_until.
     let mut open: Option<(u64, u64, u64)> = None;
     let close = |open: &mut Option<(u64, u64, u64)>, at: Option<u64>, into: &mut LeaseHistory| {
@@ -94,17 +128,9 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
             into.tenures.push((who.to_string(), token, start, end));
         }
     };
-    for (i, line) in lines.iter().enumerate() {
-        if line.is_empty() || i + 1 == lines.len() {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        let num = |k: usize| -> Result<u64, String> {
-            f.get(k)
-                .and_then(|x| x.parse().ok())
-                .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
-        };
-        match f[0] {
+    for line in record_lines(who, text) {
+        let num = |k: usize| line.num(k);
+        match line.kind() {
             "err" => {
                 into.failed += 1;
                 into.attempts.push((num(1)?, num(2)?, false));
@@ -126,7 +152,7 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
                 }
             }
             "rel" => close(&mut open, Some(num(1)?), into),
-            _ => return Err(format!("{who} line {}: {line:?}", i + 1)),
+            _ => return Err(line.bad()),
         }
     }
     close(&mut open, None, into);
@@ -194,22 +220,13 @@ pub struct JobHistory {
 
 /// Parse a job process's record into `into`.
 pub fn parse_jobs(who: &str, text: &str, into: &mut JobHistory) -> Result<(), String> {
-    let lines: Vec<&str> = text.split('\n').collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.is_empty() || i + 1 == lines.len() {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        let num = |k: usize| -> Result<u64, String> {
-            f.get(k)
-                .and_then(|x| x.parse().ok())
-                .ok_or_else(|| format!("{who} line {}: {line:?}", i + 1))
-        };
+    for line in record_lines(who, text) {
+        let num = |k: usize| line.num(k);
         let entry = (who.to_string(), num(1)?, num(2)?, num(3)?);
-        match f[0] {
+        match line.kind() {
             "begin" => into.begun.push(entry),
             "ran" => into.ran.push(entry),
-            _ => return Err(format!("{who} line {}: {line:?}", i + 1)),
+            _ => return Err(line.bad()),
         }
     }
     Ok(())

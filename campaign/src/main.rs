@@ -120,6 +120,17 @@ enum WorkerCommand {
     },
 }
 
+/// A workload process's exit: it runs until killed, so it only returns on an error.
+fn worker_exit(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rq-campaign worker: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 20m)"))
 }
@@ -142,13 +153,7 @@ async fn main() -> ExitCode {
             plant,
         }) => {
             let urls: Vec<String> = nodes.split(',').map(String::from).collect();
-            match worker::ids(&urls, &sequence, &out, seed, plant).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("rq-campaign worker: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            worker_exit(worker::ids(&urls, &sequence, &out, seed, plant).await)
         }
         Command::Worker(WorkerCommand::Jobs {
             nodes,
@@ -157,13 +162,7 @@ async fn main() -> ExitCode {
             plant,
         }) => {
             let urls: Vec<String> = nodes.split(',').map(String::from).collect();
-            match worker::jobs(&urls, &out, seed, plant).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("rq-campaign worker: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            worker_exit(worker::jobs(&urls, &out, seed, plant).await)
         }
         Command::Worker(WorkerCommand::Locks {
             nodes,
@@ -173,13 +172,7 @@ async fn main() -> ExitCode {
             plant,
         }) => {
             let urls: Vec<String> = nodes.split(',').map(String::from).collect();
-            match worker::locks(&urls, &resource, &out, seed, plant).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("rq-campaign worker: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            worker_exit(worker::locks(&urls, &resource, &out, seed, plant).await)
         }
         Command::Run {
             seed,

@@ -298,26 +298,26 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         "fenced write (accepted, rejected)",
         (writes, leases.writes.len() as u64 - writes),
     );
-    if opts.dist_members > 0 {
-        outcome.operations.insert(
+    for (members, intervals, kind, guarantee) in [
+        (
+            opts.dist_members,
+            &ownership,
             "unit ownership interval (member process)",
-            (ownership.len() as u64, 0),
-        );
-        if let Err(v) = redquorum_testkit::checker::check_single_owner(&ownership) {
-            outcome
-                .violations
-                .push(("one owner per unit", v.to_string()));
-        }
-    }
-    if opts.index_members > 0 {
-        outcome.operations.insert(
+            "one owner per unit",
+        ),
+        (
+            opts.index_members,
+            &indexing,
             "task ownership interval (group member process)",
-            (indexing.len() as u64, 0),
-        );
-        if let Err(v) = redquorum_testkit::checker::check_single_owner(&indexing) {
-            outcome
-                .violations
-                .push(("one owner per task", v.to_string()));
+            "one owner per task",
+        ),
+    ] {
+        if members == 0 {
+            continue;
+        }
+        outcome.operations.insert(kind, (intervals.len() as u64, 0));
+        if let Err(v) = redquorum_testkit::checker::check_single_owner(intervals) {
+            outcome.violations.push((guarantee, v.to_string()));
         }
     }
     if opts.job_workers > 0 {

@@ -362,24 +362,17 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             if no_barrier_for_tests {
                 opts = opts.without_barrier_for_tests();
             }
-            let recorder = match record {
-                Some(path) => match record::Recorder::create(&path, Some(tasks)) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        eprintln!("redquorum: --record {}: {e}", path.display());
-                        return Ok(ExitCode::from(2));
-                    }
-                },
+            let recorder = match record.map(|p| record::Recorder::open(&p, Some(tasks))) {
+                Some(Ok((r, hook))) => {
+                    opts = opts.with_drain(interval, hook);
+                    Some(r)
+                }
+                Some(Err(e)) => {
+                    eprintln!("redquorum: {e}");
+                    return Ok(ExitCode::from(2));
+                }
                 None => None,
             };
-            if let Some(r) = &recorder {
-                let r = r.clone();
-                let hook: redquorum::DrainHook = std::sync::Arc::new(move |d| {
-                    r.drain(&r.given_up(&d));
-                    Box::pin(async {})
-                });
-                opts = opts.with_drain(interval, hook);
-            }
             index_watch(&client, &group, id, opts, recorder).await
         }
         Command::Lock(LockCommand::Run {
@@ -425,25 +418,17 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             if no_barrier_for_tests {
                 opts = opts.without_barrier_for_tests();
             }
-            let recorder = match record {
-                Some(path) => match record::Recorder::create(&path, None) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        eprintln!("redquorum: --record {}: {e}", path.display());
-                        return Ok(ExitCode::from(2));
-                    }
-                },
+            let recorder = match record.map(|p| record::Recorder::open(&p, None)) {
+                Some(Ok((r, hook))) => {
+                    opts = opts.with_drain(interval, hook);
+                    Some(r)
+                }
+                Some(Err(e)) => {
+                    eprintln!("redquorum: {e}");
+                    return Ok(ExitCode::from(2));
+                }
                 None => None,
             };
-            if let Some(r) = &recorder {
-                // The drain hook records the units stopped before the member acknowledges.
-                let r = r.clone();
-                let hook: redquorum::DrainHook = std::sync::Arc::new(move |d| {
-                    r.drain(&r.given_up(&d));
-                    Box::pin(async {})
-                });
-                opts = opts.with_drain(interval, hook);
-            }
             dist_watch(&client, &pool, id, opts, recorder).await
         }
         Command::Id(IdCommand::Next { sequence, count }) => {

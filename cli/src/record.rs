@@ -50,13 +50,29 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     /// Create (or truncate) `path`.
-    pub(crate) fn create(path: &std::path::Path, tasks: Option<u64>) -> std::io::Result<Recorder> {
+    fn create(path: &std::path::Path, tasks: Option<u64>) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         Ok(Recorder {
             file: Arc::new(Mutex::new(file)),
             tasks,
             origin: (Instant::now(), monotonic_ns()),
         })
+    }
+
+    /// Create the record at `path` and the drain hook that records what a drain gives up
+    /// before the member acknowledges (install it with the member's drain timeout).
+    pub(crate) fn open(
+        path: &std::path::Path,
+        tasks: Option<u64>,
+    ) -> Result<(Recorder, redquorum::DrainHook), String> {
+        let r = Recorder::create(path, tasks)
+            .map_err(|e| format!("--record {}: {e}", path.display()))?;
+        let hooked = r.clone();
+        let hook: redquorum::DrainHook = Arc::new(move |d| {
+            hooked.drain(&hooked.given_up(&d));
+            Box::pin(async {})
+        });
+        Ok((r, hook))
     }
 
     fn ns(&self, at: Instant) -> u64 {

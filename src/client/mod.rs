@@ -19,7 +19,9 @@ use crate::quorum::fanout::{self, NodeCall, Wait};
 use crate::quorum::{Majority, NodeId, NodeOutcome, Tally, UnknownCause};
 use crate::safety::{duplicate_servers, Finding, NodeReport, Severity};
 
-pub(crate) use request::{decode, script_call, Guard, NodeCtx, Request, Step, Steps, Targets};
+pub(crate) use request::{
+    decode, script_call, Guard, NodeCtx, Request, ScriptCall, Step, Steps, Targets,
+};
 pub(crate) use send::NodeConn;
 
 /// What the client concludes from its nodes' latest probes, recomputed when any node

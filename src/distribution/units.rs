@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::client::{decode, script_call, Client, Guard, Request, Step};
+use crate::client::{decode, script_call, Client, Guard, Request, ScriptCall, Step};
 use crate::error::Error;
 use crate::id::IdGenerator;
 use crate::keys::{fixed_key, KeyKind, Name};
@@ -324,6 +324,19 @@ impl Units {
             .any(|r| r.node.0 == node && r.outcome.is_applied()))
     }
 
+    /// A `units_gc.lua` call in `mode`, its keys and marker placed (arguments follow).
+    fn gc_call(&self, mode: &str) -> ScriptCall {
+        script_call(&UNITS_GC, Guard::Marker)
+            .key(&self.keys.units)
+            .marker_key()
+            .key(&self.keys.floor)
+            .key(&self.keys.log)
+            .key(&self.keys.stamp)
+            .key(&self.keys.epoch)
+            .marker()
+            .arg(mode)
+    }
+
     async fn collect(&self, floor_first: bool) -> Result<usize, Error> {
         let bulk = self.client.config().operation_timeout();
         let nodes = self.client.node_urls().len();
@@ -336,15 +349,8 @@ impl Units {
             return Ok(0);
         };
         if floor_first {
-            let step = script_call(&UNITS_GC, Guard::Marker)
-                .key(&self.keys.units)
-                .marker_key()
-                .key(&self.keys.floor)
-                .key(&self.keys.log)
-                .key(&self.keys.stamp)
-                .key(&self.keys.epoch)
-                .marker()
-                .arg("floor")
+            let step = self
+                .gc_call("floor")
                 .arg(top + 1)
                 .decode(|_, v| decode::one_applied(v));
             let tally = self
@@ -359,15 +365,7 @@ impl Units {
             }
         }
         for chunk in candidates.chunks(BATCH) {
-            let mut call = script_call(&UNITS_GC, Guard::Marker)
-                .key(&self.keys.units)
-                .marker_key()
-                .key(&self.keys.floor)
-                .key(&self.keys.log)
-                .key(&self.keys.stamp)
-                .key(&self.keys.epoch)
-                .marker()
-                .arg("delete");
+            let mut call = self.gc_call("delete");
             for (field, e) in chunk {
                 call = call.arg(field).arg(*e);
             }
