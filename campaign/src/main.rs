@@ -48,9 +48,13 @@ enum Command {
         /// ID workload processes.
         #[arg(long, default_value_t = 3)]
         id_workers: usize,
-        /// Lease holder processes (one lock, writing to a fenced resource).
-        #[arg(long, default_value_t = 3)]
-        lock_workers: usize,
+        /// Lease holder processes, writing to a fenced resource (default 3; 8 with --long).
+        #[arg(long)]
+        lock_workers: Option<usize>,
+        /// Locks the holders share out (holder i takes lock i mod this; each lock has its own
+        /// fenced resource key; default 1; 4 with --long).
+        #[arg(long)]
+        locks: Option<usize>,
         /// Work-distribution member processes (`redquorum dist watch --record`).
         #[arg(long, default_value_t = 3)]
         dist_members: usize,
@@ -111,6 +115,8 @@ enum WorkerCommand {
         nodes: String,
         #[arg(long)]
         resource: String,
+        #[arg(long, default_value = "campaign")]
+        lock: String,
         #[arg(long)]
         out: PathBuf,
         #[arg(long)]
@@ -167,12 +173,13 @@ async fn main() -> ExitCode {
         Command::Worker(WorkerCommand::Locks {
             nodes,
             resource,
+            lock,
             out,
             seed,
             plant,
         }) => {
             let urls: Vec<String> = nodes.split(',').map(String::from).collect();
-            worker_exit(worker::locks(&urls, &resource, &out, seed, plant).await)
+            worker_exit(worker::locks(&urls, &resource, &lock, &out, seed, plant).await)
         }
         Command::Run {
             seed,
@@ -182,6 +189,7 @@ async fn main() -> ExitCode {
             nodes,
             id_workers,
             lock_workers,
+            locks,
             dist_members,
             index_members,
             job_workers,
@@ -190,6 +198,8 @@ async fn main() -> ExitCode {
             beyond_minority,
             dir,
         } => {
+            let lock_workers = lock_workers.unwrap_or(if long { 8 } else { 3 });
+            let locks = locks.unwrap_or(if long { 4 } else { 1 }).max(1);
             let seed = seed.unwrap_or_else(rand::random);
             let duration = duration.unwrap_or(if long {
                 Duration::from_secs(20 * 60)
@@ -228,6 +238,7 @@ async fn main() -> ExitCode {
                 nodes,
                 id_workers,
                 lock_workers,
+                locks,
                 dist_members,
                 index_members,
                 job_workers,
@@ -293,6 +304,18 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     println!("|---|---|---|");
     for (kind, (ok, err)) in &o.operations {
         println!("| {kind} | {ok} | {err} |");
+    }
+    println!();
+    println!(
+        "IDs returned: {}; holder processes frozen past their TTL while holding or acquiring: {}",
+        o.ids_returned, o.holder_freezes
+    );
+    if o.beyond.0 > 0 {
+        println!(
+            "beyond the fault model: {} faults started while a majority of nodes was faulty for some client; {:.1} s in all",
+            o.beyond.0,
+            o.beyond.1.as_secs_f64()
+        );
     }
     println!();
     println!("| faults | count |");

@@ -24,23 +24,33 @@ pub enum Plant {
     /// Work-distribution and peer-indexing members activate new tables and views at once,
     /// without the hand-over barrier.
     BarrierOff,
+    /// A lock contender takes over a held lease as soon as it sees it, without watching it
+    /// unchanged for its TTL plus drift.
+    TakeoverWithoutWait,
+    /// Every quorum counts a lost reply (a timeout, a broken connection) as a node that
+    /// applied the request.
+    LostReplyAccepted,
 }
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 6] = [
+    pub const ALL: [Plant; 8] = [
         Plant::QuorumHalf,
         Plant::NoQuarantine,
         Plant::FencingOff,
         Plant::NoCompletionCheck,
         Plant::ServerClockLeases,
         Plant::BarrierOff,
+        Plant::TakeoverWithoutWait,
+        Plant::LostReplyAccepted,
     ];
 
     /// The guarantees a campaign with this bug must report broken (any of them).
     pub fn breaks(&self) -> &'static [&'static str] {
         match self {
-            Plant::QuorumHalf | Plant::NoQuarantine => &["ids"],
+            Plant::QuorumHalf => &["ids"],
+            Plant::LostReplyAccepted => &["ids", "leases", "fenced writes"],
+            Plant::NoQuarantine | Plant::TakeoverWithoutWait => &["leases", "fenced writes"],
             Plant::FencingOff => &["fenced writes"],
             Plant::NoCompletionCheck => &["periodic jobs"],
             Plant::ServerClockLeases => &["leases", "fenced writes"],
@@ -54,6 +64,8 @@ impl Plant {
             Plant::QuorumHalf => config.with_unsafe_quorum_for_tests((nodes / 2).max(1)),
             Plant::NoQuarantine => config.with_amnesia_protection_disabled_for_tests(),
             Plant::ServerClockLeases => config.with_server_clock_leases_for_tests(),
+            Plant::TakeoverWithoutWait => config.without_takeover_wait_for_tests(),
+            Plant::LostReplyAccepted => config.with_lost_replies_counted_for_tests(),
             // Not client settings: the lease workload writes without the guard; the member
             // processes get `--no-barrier-for-tests`.
             Plant::FencingOff | Plant::BarrierOff | Plant::NoCompletionCheck => config,
@@ -68,6 +80,8 @@ impl Plant {
             Plant::NoCompletionCheck => "no-completion-check",
             Plant::ServerClockLeases => "server-clock-leases",
             Plant::BarrierOff => "barrier-off",
+            Plant::TakeoverWithoutWait => "takeover-without-wait",
+            Plant::LostReplyAccepted => "lost-reply-accepted",
         }
     }
 }

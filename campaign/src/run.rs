@@ -31,6 +31,8 @@ pub struct Options {
     pub id_workers: usize,
     /// Lease holder processes.
     pub lock_workers: usize,
+    /// Locks the holders share out (holder i takes lock i mod this).
+    pub locks: usize,
     /// Work-distribution member processes (`redquorum dist watch --record`).
     pub dist_members: usize,
     /// Peer-indexing member processes (`redquorum index watch --record`).
@@ -60,6 +62,13 @@ pub struct Outcome {
     /// p99 latency of the workload processes' ID calls while some fault was active, and while
     /// none was.
     pub id_p99: (Duration, Duration),
+    /// IDs returned (every ID of every successful call).
+    pub ids_returned: u64,
+    /// Lease holder processes frozen (SIGSTOP) past their TTL.
+    pub holder_freezes: u64,
+    /// Faults that started beyond the model (a majority faulty for some client), and how long
+    /// the schedule stayed beyond it.
+    pub beyond: (usize, Duration),
 }
 
 /// What a client runs.
@@ -89,6 +98,8 @@ fn pool_unit(i: usize) -> String {
 struct ClientSlot {
     kind: Kind,
     name: String,
+    /// A lease holder's lock.
+    lock: String,
     proxies: Vec<FaultProxy>,
     child: Option<Child>,
     records: Vec<PathBuf>,
@@ -153,9 +164,14 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             Kind::Jobs => format!("runner-{c}"),
             Kind::Cli => "cli".to_string(),
         };
+        let lock = format!(
+            "campaign-{}",
+            c.saturating_sub(opts.id_workers) % opts.locks.max(1)
+        );
         clients.push(ClientSlot {
             kind: *kind,
             name,
+            lock,
             proxies,
             child: None,
             records: Vec::new(),
@@ -186,17 +202,16 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         campaign.spawn_worker(c)?;
     }
     let origin = MonotonicOrigin::now();
-    let plan = schedule::draw(
-        opts.seed,
-        &Settings {
-            nodes: opts.nodes,
-            clients: processes + 1,
-            processes,
-            duration: opts.duration,
-            gap: Duration::from_millis(600),
-            beyond_minority: opts.beyond_minority,
-        },
-    );
+    let settings = Settings {
+        nodes: opts.nodes,
+        clients: processes + 1,
+        processes,
+        duration: opts.duration,
+        gap: Duration::from_millis(600),
+        beyond_minority: opts.beyond_minority,
+        holders: (opts.id_workers, opts.id_workers + opts.lock_workers),
+    };
+    let plan = schedule::draw(opts.seed, &settings);
     let cli = tokio::spawn(cli_loop(
         opts.redquorum.clone(),
         campaign.nodes.urls(),
@@ -208,7 +223,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     // Healed: let the workloads run a little, then stop them.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut calls: Vec<Call> = cli.await.map_err(|e| e.to_string())?;
-    let mut leases = history::LeaseHistory::default();
+    let mut leases: BTreeMap<String, history::LeaseHistory> = BTreeMap::new();
     let index: std::collections::BTreeMap<String, u64> =
         (0..POOL_UNITS).map(|i| (pool_unit(i), i as u64)).collect();
     let mut ownership = Vec::new();
@@ -224,7 +239,11 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             let who = format!("{} (incarnation {k})", slot.name);
             match slot.kind {
                 Kind::Ids => calls.extend(history::parse_ids(&who, &text)?),
-                Kind::Locks => history::parse_leases(&who, &text, &mut leases)?,
+                Kind::Locks => history::parse_leases(
+                    &who,
+                    &text,
+                    leases.entry(slot.lock.clone()).or_default(),
+                )?,
                 Kind::Dist => ownership.extend(
                     redquorum_testkit::record::ownership(&who, &text, &index, origin)
                         .map_err(|e| format!("{who}: {e}"))?,
@@ -244,10 +263,26 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         violations: Vec::new(),
         availability: (0.0, 0.0),
         id_p99: (Duration::ZERO, Duration::ZERO),
+        ids_returned: 0,
+        holder_freezes: 0,
+        beyond: schedule::beyond_the_model(&plan, &settings),
     };
     for p in &plan {
         *outcome.faults.entry(p.fault.kind()).or_default() += 1;
+        let holder = match p.fault {
+            Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
+                campaign.clients[c].kind == Kind::Locks
+            }
+            _ => false,
+        };
+        // Every client freeze lasts at least 2 s, twice the lease TTL.
+        outcome.holder_freezes += u64::from(holder);
     }
+    outcome.ids_returned = calls
+        .iter()
+        .filter_map(|c| c.ids)
+        .map(|(a, b)| b - a + 1)
+        .sum();
     let (mut faulty, mut healthy) = ((0u64, 0u64), (0u64, 0u64));
     let (mut lat_faulty, mut lat_healthy) = (Vec::new(), Vec::new());
     for c in &calls {
@@ -275,7 +310,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             }
         }
     }
-    for (start, end, ok) in &leases.attempts {
+    for (start, end, ok) in leases.values().flat_map(|h| &h.attempts) {
         let during = windows.iter().any(|(a, b)| *start < *b && *a < *end);
         let slot = if during { &mut faulty } else { &mut healthy };
         slot.0 += 1;
@@ -289,14 +324,15 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         Duration::from_nanos(v.get(i).copied().unwrap_or(0))
     };
     outcome.id_p99 = (p99(lat_faulty), p99(lat_healthy));
+    let sum = |f: fn(&history::LeaseHistory) -> u64| leases.values().map(f).sum::<u64>();
     outcome.operations.insert(
         "lease acquisition (holder process)",
-        (leases.acquired, leases.failed),
+        (sum(|h| h.acquired), sum(|h| h.failed)),
     );
-    let writes = leases.writes.iter().filter(|w| w.4).count() as u64;
+    let accepted = sum(|h| h.writes.iter().filter(|w| w.4).count() as u64);
     outcome.operations.insert(
         "fenced write (accepted, rejected)",
-        (writes, leases.writes.len() as u64 - writes),
+        (accepted, sum(|h| h.writes.len() as u64) - accepted),
     );
     for (members, intervals, kind, guarantee) in [
         (
@@ -332,11 +368,17 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
     }
-    if let Err(v) = history::check_tenures_of(&leases, origin) {
-        outcome.violations.push(("leases", v));
-    }
-    if let Err(v) = history::check_fenced_writes(&leases) {
-        outcome.violations.push(("fenced writes", v));
+    for (lock, h) in &leases {
+        if let Err(v) = history::check_tenures_of(h, origin) {
+            outcome
+                .violations
+                .push(("leases", format!("lock {lock}: {v}")));
+        }
+        if let Err(v) = history::check_fenced_writes(h) {
+            outcome
+                .violations
+                .push(("fenced writes", format!("lock {lock}: {v}")));
+        }
     }
     Ok(outcome)
 }
@@ -358,7 +400,12 @@ impl Campaign {
                 match slot.kind {
                     Kind::Ids => cmd.arg("ids"),
                     Kind::Jobs => cmd.arg("jobs"),
-                    _ => cmd.arg("locks").arg("--resource").arg(self.resource.url(0)),
+                    _ => cmd
+                        .arg("locks")
+                        .arg("--resource")
+                        .arg(self.resource.url(0))
+                        .arg("--lock")
+                        .arg(&slot.lock),
                 };
                 cmd.arg("--nodes")
                     .arg(urls)
@@ -492,6 +539,13 @@ impl Campaign {
                 }
                 self.signal_worker(c, Signal::SIGSTOP)
             }
+            Fault::WipeAfterMissedGrant(c, missed, wiped) => {
+                self.clients[c].proxies[missed].set_mode(FaultMode::CutOff);
+                self.until_acquired(c).await;
+                self.signal_worker(c, Signal::SIGSTOP);
+                self.clients[c].proxies[missed].set_mode(FaultMode::Normal);
+                self.node_op(move |x| x.wipe_and_restart(wiped)).await;
+            }
         }
         Ok(())
     }
@@ -505,13 +559,31 @@ impl Campaign {
         };
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let len = file_len(path);
+            let text = read_from(path, len.saturating_sub(512));
             let last = text
                 .trim_end_matches('\n')
                 .rsplit('\n')
                 .next()
                 .unwrap_or("");
             if last.starts_with("acq\t") || last.starts_with("w\t") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Wait (up to 3 s) until lease holder `c` records a new acquisition.
+    async fn until_acquired(&self, c: usize) {
+        let Some(path) = self.clients[c].records.last() else {
+            return;
+        };
+        let from = file_len(path);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            // Whole lines only: a line is written in one call, and starts after a newline.
+            let text = read_from(path, from);
+            if text.starts_with("acq\t") || text.contains("\nacq\t") {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -529,10 +601,30 @@ impl Campaign {
             }
             Fault::Latency(c, n, _) => self.clients[c].proxies[n].set_latency(Duration::ZERO),
             Fault::ClientKill(c) => self.spawn_worker(c)?,
-            Fault::ClientFreeze(c) => self.signal_worker(c, Signal::SIGCONT),
+            Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
+                self.signal_worker(c, Signal::SIGCONT)
+            }
         }
         Ok(())
     }
+}
+
+/// The length of a record file (0 if unreadable).
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// A record file's text from byte `from` on (empty if unreadable).
+fn read_from(path: &Path, from: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut bytes = Vec::new();
+        if f.seek(SeekFrom::Start(from)).is_ok() && f.read_to_end(&mut bytes).is_ok() {
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+    }
+    text
 }
 
 /// The CLI client: `redquorum id next` processes one after another until `until`, each timed

@@ -31,6 +31,14 @@ pub enum Fault {
     ClientKill(usize),
     /// Client process frozen (SIGSTOP) for the duration (past its leases).
     ClientFreeze(usize),
+    /// A wiped node after a missed grant, aimed: lease holder `0` is cut off from node `1`
+    /// until it acquires the lease (so that node misses the grant), then frozen (SIGSTOP for
+    /// the duration) and reconnected, and node `2` is wiped and restarted at once. Node `1`
+    /// is faulty for client `0` only before the wipe, so at every instant one node is faulty;
+    /// no other node fault overlaps it. Without the quarantine of wiped nodes, another
+    /// holder gets the lease from the two nodes that lack it while the frozen one still
+    /// holds it.
+    WipeAfterMissedGrant(usize, usize, usize),
 }
 
 impl Fault {
@@ -46,15 +54,18 @@ impl Fault {
             Fault::Latency(..) => "latency spike",
             Fault::ClientKill(_) => "client kill -9",
             Fault::ClientFreeze(_) => "client SIGSTOP",
+            Fault::WipeAfterMissedGrant(..) => "wipe after a missed grant",
         }
     }
 
     /// The node this fault makes faulty, and for which client (`None`: every client).
     fn faulty_node(&self) -> Option<(usize, Option<usize>)> {
         match *self {
-            Fault::Kill(n) | Fault::Freeze(n) | Fault::Wipe(n) | Fault::ClockStep(n, _) => {
-                Some((n, None))
-            }
+            Fault::Kill(n)
+            | Fault::Freeze(n)
+            | Fault::Wipe(n)
+            | Fault::ClockStep(n, _)
+            | Fault::WipeAfterMissedGrant(_, _, n) => Some((n, None)),
             Fault::Partition(c, n) | Fault::DropReplies(c, n) | Fault::Latency(c, n, _) => {
                 Some((n, Some(c)))
             }
@@ -64,7 +75,9 @@ impl Fault {
 
     fn client(&self) -> Option<usize> {
         match *self {
-            Fault::ClientKill(c) | Fault::ClientFreeze(c) => Some(c),
+            Fault::ClientKill(c) | Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
+                Some(c)
+            }
             _ => None,
         }
     }
@@ -84,6 +97,10 @@ impl fmt::Display for Fault {
             }
             Fault::ClientKill(c) => write!(f, "kill -9 client {c}"),
             Fault::ClientFreeze(c) => write!(f, "freeze client {c}"),
+            Fault::WipeAfterMissedGrant(c, m, w) => write!(
+                f,
+                "cut holder {c} off from node {m} until it acquires, freeze it, wipe node {w}"
+            ),
         }
     }
 }
@@ -114,6 +131,8 @@ pub struct Settings {
     pub gap: Duration,
     /// Allow more than a minority faulty (the beyond-the-model mode).
     pub beyond_minority: bool,
+    /// The clients `holders.0..holders.1` are lease holders (aimed faults need one).
+    pub holders: (usize, usize),
 }
 
 /// Draw the schedule for `seed`.
@@ -127,10 +146,26 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
         let fault = pick(&mut rng, s);
         let lasts = Duration::from_millis(match fault {
             Fault::Wipe(_) => rng.random_range(1_500..=3_000),
-            Fault::ClientFreeze(_) => rng.random_range(2_000..=5_000),
+            Fault::ClientFreeze(_) | Fault::WipeAfterMissedGrant(..) => {
+                rng.random_range(2_000..=5_000)
+            }
             Fault::ClientKill(_) => rng.random_range(200..=1_000),
             _ => rng.random_range(300..=2_500),
         });
+        if let Fault::WipeAfterMissedGrant(..) = fault {
+            // Aimed at a healthy cluster: wait until every node fault drawn so far is over.
+            if let Some(end) = out
+                .iter()
+                .filter(|p| p.fault.faulty_node().is_some())
+                .map(|p| p.at + p.lasts)
+                .max()
+            {
+                t = t.max(end);
+            }
+            if t >= s.duration {
+                break;
+            }
+        }
         let active: Vec<&Planned> = out.iter().filter(|p| p.at + p.lasts > t).collect();
         if admissible(&fault, &active, s, minority) {
             out.push(Planned {
@@ -150,8 +185,14 @@ fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
     match rng.random_range(0..100) {
         0..15 => Fault::Kill(node),
         15..27 => Fault::Freeze(node),
-        27..35 => Fault::Wipe(node),
-        35..50 => {
+        27..31 => Fault::Wipe(node),
+        31..36 if s.holders.1 > s.holders.0 && s.nodes > 1 => {
+            let holder = rng.random_range(s.holders.0..s.holders.1);
+            let missed = (node + rng.random_range(1..s.nodes)) % s.nodes;
+            Fault::WipeAfterMissedGrant(holder, missed, node)
+        }
+        31..36 => Fault::Wipe(node),
+        36..50 => {
             let ms = match rng.random_range(0..4) {
                 0 => 120_000,
                 1 => -120_000,
@@ -164,6 +205,10 @@ fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
         62..72 => Fault::DropReplies(client, node),
         72..80 => Fault::Latency(client, node, rng.random_range(20..=300)),
         80..90 if s.processes > 0 => Fault::ClientKill(rng.random_range(0..s.processes)),
+        // Half the freezes are aimed at lease holders (frozen past their TTL while holding).
+        90.. if s.holders.1 > s.holders.0 && rng.random_bool(0.5) => {
+            Fault::ClientFreeze(rng.random_range(s.holders.0..s.holders.1))
+        }
         90.. if s.processes > 0 => Fault::ClientFreeze(rng.random_range(0..s.processes)),
         _ => Fault::Latency(client, node, rng.random_range(20..=300)),
     }
@@ -172,8 +217,19 @@ fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
 /// Whether `fault` may start while `active` run: for every client, the nodes faulty for it
 /// stay within a minority (unless beyond it), one fault per node or client at a time.
 fn admissible(fault: &Fault, active: &[&Planned], s: &Settings, minority: usize) -> bool {
+    let aimed = |f: &Fault| matches!(f, Fault::WipeAfterMissedGrant(..));
     if let Some(c) = fault.client() {
-        return active.iter().all(|p| p.fault.client() != Some(c));
+        if active.iter().any(|p| p.fault.client() == Some(c)) {
+            return false;
+        }
+        if !aimed(fault) {
+            return true;
+        }
+        // Aimed: no other node fault may overlap it (its two nodes are faulty in turn).
+        return active.iter().all(|p| p.fault.faulty_node().is_none());
+    }
+    if fault.faulty_node().is_some() && active.iter().any(|p| aimed(&p.fault)) {
+        return false;
     }
     let Some((node, only)) = fault.faulty_node() else {
         return true;
@@ -206,6 +262,38 @@ fn admissible(fault: &Fault, active: &[&Planned], s: &Settings, minority: usize)
     })
 }
 
+/// How far a schedule goes beyond the fault model: the faults that start while, for some
+/// client, more than a minority of nodes is faulty (counting the new one), and the total time
+/// during which that holds. (0, zero) for every schedule drawn with the minority rule.
+pub fn beyond_the_model(plan: &[Planned], s: &Settings) -> (usize, Duration) {
+    let minority = s.nodes.saturating_sub(1) / 2;
+    let too_many = |t: Duration| {
+        (0..s.clients.max(1)).any(|client| {
+            let mut faulty: Vec<usize> = plan
+                .iter()
+                .filter(|q| q.at <= t && t < q.at + q.lasts)
+                .filter_map(|q| q.fault.faulty_node())
+                .filter(|(_, c)| c.is_none_or(|c| c == client))
+                .map(|(n, _)| n)
+                .collect();
+            faulty.sort_unstable();
+            faulty.dedup();
+            faulty.len() > minority
+        })
+    };
+    // The set of faulty nodes changes only at a fault's start or end.
+    let mut cuts: Vec<Duration> = plan.iter().flat_map(|p| [p.at, p.at + p.lasts]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let total = cuts
+        .windows(2)
+        .filter(|w| too_many(w[0]))
+        .map(|w| w[1] - w[0])
+        .sum();
+    let starts = plan.iter().filter(|p| too_many(p.at)).count();
+    (starts, total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +306,7 @@ mod tests {
             duration: Duration::from_secs(600),
             gap: Duration::from_millis(700),
             beyond_minority: false,
+            holders: (1, 3),
         }
     }
 
@@ -257,10 +346,54 @@ mod tests {
         }
     }
 
+    /// The `--long` campaign's settings (3 ID workers, 8 holders, 3 + 3 members, 2 runners,
+    /// the CLI client) draw at least the faults the README's figures promise, whatever the
+    /// seed: 200 faults, 50 node clock steps, 100 holder freezes past their TTL.
+    #[test]
+    fn a_long_campaign_draws_the_faults_its_figures_promise() {
+        let s = Settings {
+            nodes: 3,
+            clients: 20,
+            processes: 19,
+            duration: Duration::from_secs(20 * 60),
+            gap: Duration::from_millis(600),
+            beyond_minority: false,
+            holders: (3, 11),
+        };
+        for seed in [1, 2, 3, 42, 2026] {
+            let plan = draw(seed, &s);
+            let count = |f: &dyn Fn(&Fault) -> bool| plan.iter().filter(|p| f(&p.fault)).count();
+            let steps = count(&|f| matches!(f, Fault::ClockStep(..)));
+            let freezes = count(
+                &|f| matches!(f, Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) if (3..11).contains(c)),
+            );
+            println!(
+                "seed {seed}: {} faults, {steps} clock steps, {freezes} holder freezes",
+                plan.len()
+            );
+            assert!(plan.len() >= 200, "seed {seed}: {} faults", plan.len());
+            assert!(steps >= 50, "seed {seed}: {steps} clock steps");
+            assert!(freezes >= 100, "seed {seed}: {freezes} holder freezes");
+        }
+    }
+
+    #[test]
+    fn beyond_the_model_is_measured_only_when_the_rule_is_lifted() {
+        let s = settings(3);
+        let plan = draw(5, &s);
+        assert_eq!(beyond_the_model(&plan, &s), (0, Duration::ZERO));
+        let beyond = Settings {
+            beyond_minority: true,
+            ..s
+        };
+        let (starts, total) = beyond_the_model(&draw(5, &beyond), &beyond);
+        assert!(starts > 0 && total > Duration::ZERO, "{starts} {total:?}");
+    }
+
     #[test]
     fn every_kind_of_fault_is_drawn() {
         let plan = draw(1, &settings(3));
         let kinds: std::collections::BTreeSet<&str> = plan.iter().map(|p| p.fault.kind()).collect();
-        assert_eq!(kinds.len(), 9, "{kinds:?}");
+        assert_eq!(kinds.len(), 10, "{kinds:?}");
     }
 }

@@ -58,12 +58,13 @@ pub async fn ids(
     }
 }
 
-/// The lease workload: acquire `lock` (TTL `ttl`, auto-extended), then while holding it
+/// The lease workload: acquire `lock_name` (TTL `ttl`, auto-extended), then while holding it
 /// "work" (a short pause) and write to the fenced resource with the token, a few times;
 /// release; again. `fenced: false` writes without the guard (the planted bug "fencing off").
 pub async fn locks(
     urls: &[String],
     resource: &str,
+    lock_name: &str,
     out: &Path,
     seed: u64,
     plant: Option<Plant>,
@@ -80,7 +81,11 @@ pub async fn locks(
         config = p.apply(config, urls.len());
     }
     let client = Client::connect(config).await.map_err(|e| e.to_string())?;
-    let lock = Lock::new(&client, "campaign", LEASE_TTL).map_err(|e| e.to_string())?;
+    let lock = Lock::new(&client, lock_name, LEASE_TTL).map_err(|e| e.to_string())?;
+    let (key, fence_key) = (
+        format!("{lock_name}:resource"),
+        format!("{lock_name}:resource:fence"),
+    );
     let mut conn = redis::Client::open(resource)
         .map_err(|e| e.to_string())?
         .get_multiplexed_async_connection()
@@ -126,8 +131,8 @@ pub async fn locks(
             let value = format!("{token}");
             let accepted: Result<bool, String> = if fenced {
                 guard_script
-                    .key("campaign:resource")
-                    .key("campaign:resource:fence")
+                    .key(&key)
+                    .key(&fence_key)
                     .arg(token)
                     .arg(&value)
                     .invoke_async::<(i64, u64)>(&mut conn)
@@ -136,7 +141,7 @@ pub async fn locks(
                     .map_err(|e| e.to_string())
             } else {
                 redis::cmd("SET")
-                    .arg("campaign:resource")
+                    .arg(&key)
                     .arg(&value)
                     .query_async::<()>(&mut conn)
                     .await

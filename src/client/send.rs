@@ -101,7 +101,7 @@ impl Client {
             .collect();
         // The backstop is slightly longer than the node's own deadline, so the node's own
         // (which also discards the connection) fires first.
-        fanout::fan_out(
+        let tally = fanout::fan_out(
             name,
             self.inner.majority,
             node_timeout + Duration::from_millis(5),
@@ -109,7 +109,12 @@ impl Client {
             calls,
             report,
         )
-        .await
+        .await;
+        #[cfg(feature = "test-util")]
+        if self.inner.config.lost_replies_counted {
+            return tally.with_lost_replies_counted_for_tests();
+        }
+        tally
     }
 
     /// [`send`](Self::send), then `Ok` when a majority applied, or [`Error::NoQuorum`]

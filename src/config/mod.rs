@@ -46,6 +46,11 @@ pub struct Config {
     pub(crate) amnesia_protection: bool,
     pub(crate) quorum_override: Option<usize>,
     pub(crate) server_clock_leases: bool,
+    /// A lock contender watches a held lease for its TTL plus drift before taking it over
+    /// (test switch).
+    pub(crate) takeover_wait: bool,
+    /// A lost reply counts as applied (test switch).
+    pub(crate) lost_replies_counted: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
     pub(crate) floor_recheck: bool,
     pub(crate) cluster_identity: bool,
@@ -96,6 +101,8 @@ impl Config {
             amnesia_protection: true,
             quorum_override: None,
             server_clock_leases: false,
+            takeover_wait: true,
+            lost_replies_counted: false,
             floor_recheck: true,
             cluster_identity: true,
             cluster_pin: None,
@@ -181,6 +188,24 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
+        self
+    }
+
+    /// TEST ONLY: a lock contender takes over a held lease as soon as it sees it, without
+    /// watching it unchanged for its TTL plus drift, so a test can show the two holders that
+    /// the wait prevents. Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn without_takeover_wait_for_tests(mut self) -> Self {
+        self.takeover_wait = false;
+        self
+    }
+
+    /// TEST ONLY: every quorum counts a lost reply (a timeout, or a connection that broke
+    /// after the request may have been sent) as applied, so a test can show what counting
+    /// only real replies prevents. Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn with_lost_replies_counted_for_tests(mut self) -> Self {
+        self.lost_replies_counted = true;
         self
     }
 
@@ -334,6 +359,15 @@ impl Config {
         }
         if !self.cluster_identity {
             out.push("cluster identity is not checked (test-only switch): a client with another node list can count majorities that do not intersect".into());
+        }
+        if self.lost_replies_counted {
+            out.push(
+                "lost replies count as applied (test-only switch): majorities may be imaginary"
+                    .into(),
+            );
+        }
+        if !self.takeover_wait {
+            out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());
         }
         if self.server_clock_leases {
             out.push("leases expire on the nodes' wall clocks (test-only switch): one node's clock step or lost copy can admit two holders".into());

@@ -183,7 +183,19 @@ pub(crate) enum Plan {
 /// key unchanged for the key's own lease time plus drift. Nodes never observed are asked to
 /// grant if free (the optimistic first round). When fewer than `needed` nodes can be ready,
 /// the plan waits until the earliest instant at which `needed` would be.
+#[cfg(test)]
 pub(crate) fn plan(watch: &Watch<KeyState>, needed: usize, now: Instant) -> Plan {
+    plan_with(watch, needed, now, watch_window)
+}
+
+/// [`plan`] with the watch window given as a function of the key's lease time (the
+/// `test-util` switch "takeover without the wait" passes zero).
+pub(crate) fn plan_with(
+    watch: &Watch<KeyState>,
+    needed: usize,
+    now: Instant,
+    window_of: fn(Duration) -> Duration,
+) -> Plan {
     let mut asks = Vec::with_capacity(watch.len());
     let mut ready = 0usize;
     let mut later: Vec<Instant> = Vec::new();
@@ -203,7 +215,7 @@ pub(crate) fn plan(watch: &Watch<KeyState>, needed: usize, now: Instant) -> Plan
                     ready += 1;
                 }
                 KeyState::Held { ttl, .. } => {
-                    let window = watch_window(*ttl);
+                    let window = window_of(*ttl);
                     if watch.unchanged_for(i, seen, window, now) {
                         asks.push(Ask::Swap(seen.clone()));
                         ready += 1;

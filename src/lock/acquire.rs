@@ -133,7 +133,8 @@ impl Lock {
             let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
             let stamp = Stamp::now();
             let start = stamp.mono;
-            let asks = match lease::plan(&inner.watch(), needed, start) {
+            let asks = match lease::plan_with(&inner.watch(), needed, start, inner.takeover_window)
+            {
                 Plan::Attempt(asks) => asks,
                 // Not yet: refresh what the nodes hold (a holder that extends or releases
                 // shows it), and decide again.
@@ -200,7 +201,12 @@ impl Lock {
             only_reads,
             ready_now: only_reads
                 && matches!(
-                    lease::plan(&self.inner.watch(), needed, Instant::now()),
+                    lease::plan_with(
+                        &self.inner.watch(),
+                        needed,
+                        Instant::now(),
+                        self.inner.takeover_window
+                    ),
                     Plan::Attempt(_)
                 ),
             held_seen: tally

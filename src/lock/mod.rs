@@ -137,6 +137,8 @@ struct LockInner {
     watch: Mutex<Watch<KeyState>>,
     /// TEST ONLY: keys expire on the nodes' clocks (the unsafe Redlock behaviour).
     server_clock: bool,
+    /// How long a held lease must be seen unchanged before a takeover, by its lease time.
+    takeover_window: fn(Duration) -> Duration,
 }
 
 impl LockInner {
@@ -275,6 +277,11 @@ impl Lock {
                 known_fence: AtomicU64::new(0),
                 watch: Mutex::new(Watch::new(client.node_urls().len())),
                 server_clock: client.config().server_clock_leases,
+                takeover_window: if client.config().takeover_wait {
+                    crate::lease::watch_window
+                } else {
+                    |_| Duration::ZERO
+                },
             }),
         })
     }

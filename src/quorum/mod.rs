@@ -212,6 +212,8 @@ pub struct Tally<T> {
     majority: Majority,
     results: Vec<NodeResult<T>>,
     elapsed: Duration,
+    /// TEST ONLY: a lost reply (timeout, broken connection) counts as applied.
+    lost_counted: bool,
 }
 
 impl<T> Tally<T> {
@@ -225,7 +227,17 @@ impl<T> Tally<T> {
             majority,
             results,
             elapsed,
+            lost_counted: false,
         }
+    }
+
+    /// TEST ONLY: count every lost reply (a timeout or a broken connection after the request
+    /// may have been sent) as applied, the classic bug of treating "no answer" as "yes", so a
+    /// test can show what counting only real replies prevents.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn with_lost_replies_counted_for_tests(mut self) -> Self {
+        self.lost_counted = true;
+        self
     }
 
     /// The majority this tally was counted against.
@@ -247,7 +259,16 @@ impl<T> Tally<T> {
     pub fn applied(&self) -> usize {
         self.results
             .iter()
-            .filter(|r| r.outcome.is_applied())
+            .filter(|r| {
+                r.outcome.is_applied()
+                    || (self.lost_counted
+                        && matches!(
+                            r.outcome,
+                            NodeOutcome::Unknown(
+                                UnknownCause::Timeout | UnknownCause::ConnectionLost(_)
+                            )
+                        ))
+            })
             .count()
     }
 
