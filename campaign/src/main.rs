@@ -200,6 +200,12 @@ async fn main() -> ExitCode {
         } => {
             let lock_workers = lock_workers.unwrap_or(if long { 8 } else { 3 });
             let locks = locks.unwrap_or(if long { 4 } else { 1 }).max(1);
+            if lock_workers > 0 && lock_workers < 2 * locks {
+                eprintln!(
+                    "rq-campaign: {lock_workers} lease holders over {locks} locks: every lock needs at least two holders, or nothing can contend"
+                );
+                return ExitCode::from(2);
+            }
             let seed = seed.unwrap_or_else(rand::random);
             let duration = duration.unwrap_or(if long {
                 Duration::from_secs(20 * 60)
@@ -307,8 +313,8 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     }
     println!();
     println!(
-        "IDs returned: {}; holder processes frozen past their TTL while holding or acquiring: {}",
-        o.ids_returned, o.holder_freezes
+        "IDs returned: {}; lease holder processes frozen for the TTL or longer: {} ({} of them while holding the lease)",
+        o.ids_returned, o.holder_freezes.0, o.holder_freezes.1
     );
     if o.beyond.0 > 0 {
         println!(

@@ -50,7 +50,8 @@ impl Plant {
         match self {
             Plant::QuorumHalf => &["ids"],
             Plant::LostReplyAccepted => &["ids", "leases", "fenced writes"],
-            Plant::NoQuarantine | Plant::TakeoverWithoutWait => &["leases", "fenced writes"],
+            Plant::NoQuarantine => &["ids", "leases", "fenced writes"],
+            Plant::TakeoverWithoutWait => &["leases", "fenced writes"],
             Plant::FencingOff => &["fenced writes"],
             Plant::NoCompletionCheck => &["periodic jobs"],
             Plant::ServerClockLeases => &["leases", "fenced writes"],

@@ -64,8 +64,9 @@ pub struct Outcome {
     pub id_p99: (Duration, Duration),
     /// IDs returned (every ID of every successful call).
     pub ids_returned: u64,
-    /// Lease holder processes frozen (SIGSTOP) past their TTL.
-    pub holder_freezes: u64,
+    /// Lease holder processes frozen (SIGSTOP) for their TTL or longer, measured, and of
+    /// those, the ones frozen while they held the lease.
+    pub holder_freezes: (u64, u64),
     /// Faults that started beyond the model (a majority faulty for some client), and how long
     /// the schedule stayed beyond it.
     pub beyond: (usize, Duration),
@@ -127,6 +128,13 @@ struct Campaign {
     resource: LocalNodes,
     dir: PathBuf,
     clients: Vec<ClientSlot>,
+    /// Lease holders frozen now: since when, and whether the freeze landed while it held.
+    frozen: BTreeMap<usize, (Instant, bool)>,
+    /// Holder freezes that lasted the lease TTL or more, and of those, the ones that landed
+    /// while the holder held the lease.
+    holder_freezes: (u64, u64),
+    /// Aimed faults cancelled for want of an acquisition to aim at.
+    aimed_cancelled: u64,
 }
 
 /// Run a campaign (see the module docs).
@@ -185,6 +193,9 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         resource,
         dir: dir.to_path_buf(),
         clients,
+        frozen: BTreeMap::new(),
+        holder_freezes: (0, 0),
+        aimed_cancelled: 0,
     };
     if opts.dist_members > 0 {
         let client = redquorum::Client::connect(
@@ -264,19 +275,20 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         availability: (0.0, 0.0),
         id_p99: (Duration::ZERO, Duration::ZERO),
         ids_returned: 0,
-        holder_freezes: 0,
+        holder_freezes: campaign.holder_freezes,
         beyond: schedule::beyond_the_model(&plan, &settings),
     };
     for p in &plan {
         *outcome.faults.entry(p.fault.kind()).or_default() += 1;
-        let holder = match p.fault {
-            Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
-                campaign.clients[c].kind == Kind::Locks
-            }
-            _ => false,
-        };
-        // Every client freeze lasts at least 2 s, twice the lease TTL.
-        outcome.holder_freezes += u64::from(holder);
+    }
+    if campaign.aimed_cancelled > 0 {
+        if let Some(n) = outcome.faults.get_mut("wipe after a missed grant") {
+            *n = n.saturating_sub(campaign.aimed_cancelled);
+        }
+        outcome.faults.insert(
+            "wipe after a missed grant, cancelled (no acquisition within 3 s)",
+            campaign.aimed_cancelled,
+        );
     }
     outcome.ids_returned = calls
         .iter()
@@ -489,7 +501,7 @@ impl Campaign {
     /// Play the schedule; returns the windows (CLOCK_MONOTONIC ns) during which some fault
     /// was active.
     async fn play(&mut self, plan: &[Planned]) -> Result<Vec<(u64, u64)>, String> {
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         // Events: (when, starts?, index in plan).
         let mut events: Vec<(Duration, bool, usize)> = Vec::new();
         for (i, p) in plan.iter().enumerate() {
@@ -509,7 +521,13 @@ impl Campaign {
                     since = monotonic_ns();
                 }
                 active += 1;
+                // An aimed fault waits for its moment (and a node operation takes time): every
+                // later event moves by that much, so the plan's order of events, which the
+                // minority rule was checked on, is the order played, and each fault lasts its
+                // planned time from the moment it lands.
+                let began = Instant::now();
                 self.begin(fault).await?;
+                t0 += began.elapsed();
             } else {
                 self.end(fault).await?;
                 active -= 1;
@@ -534,17 +552,29 @@ impl Campaign {
             }
             Fault::ClientKill(c) => self.stop_worker(c).await,
             Fault::ClientFreeze(c) => {
-                if self.clients[c].kind == Kind::Locks {
-                    self.until_holding(c).await;
+                let holder = self.clients[c].kind == Kind::Locks;
+                let holding = holder && self.until_holding(c).await;
+                self.signal_worker(c, Signal::SIGSTOP);
+                if holder {
+                    self.frozen.insert(c, (Instant::now(), holding));
                 }
-                self.signal_worker(c, Signal::SIGSTOP)
             }
             Fault::WipeAfterMissedGrant(c, missed, wiped) => {
+                let cut = monotonic_ns();
                 self.clients[c].proxies[missed].set_mode(FaultMode::CutOff);
-                self.until_acquired(c).await;
-                self.signal_worker(c, Signal::SIGSTOP);
+                let acquired = self.until_acquired(c, cut).await;
+                if acquired {
+                    self.signal_worker(c, Signal::SIGSTOP);
+                    self.frozen.insert(c, (Instant::now(), true));
+                }
                 self.clients[c].proxies[missed].set_mode(FaultMode::Normal);
-                self.node_op(move |x| x.wipe_and_restart(wiped)).await;
+                if acquired {
+                    self.node_op(move |x| x.wipe_and_restart(wiped)).await;
+                } else {
+                    // No acquisition to aim at: the fault is cancelled (reconnected, nothing
+                    // frozen or wiped), and counted as such.
+                    self.aimed_cancelled += 1;
+                }
             }
         }
         Ok(())
@@ -553,9 +583,9 @@ impl Campaign {
     /// A targeted freeze: wait (up to 2 s) until lease holder `c` holds the lease (its record
     /// ends with an acquisition or a write), so the freeze lands between its check and its
     /// next write, where a late write needs the fencing.
-    async fn until_holding(&self, c: usize) {
+    async fn until_holding(&self, c: usize) -> bool {
         let Some(path) = self.clients[c].records.last() else {
-            return;
+            return false;
         };
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
@@ -567,27 +597,38 @@ impl Campaign {
                 .next()
                 .unwrap_or("");
             if last.starts_with("acq\t") || last.starts_with("w\t") {
-                return;
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        false
     }
 
-    /// Wait (up to 3 s) until lease holder `c` records a new acquisition.
-    async fn until_acquired(&self, c: usize) {
+    /// Wait (up to 3 s) until lease holder `c` records an acquisition whose attempt began at
+    /// or after `cut` (CLOCK_MONOTONIC ns): one that the cut-off node missed. False if none.
+    async fn until_acquired(&self, c: usize, cut: u64) -> bool {
         let Some(path) = self.clients[c].records.last() else {
-            return;
+            return false;
         };
         let from = file_len(path);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
-            // Whole lines only: a line is written in one call, and starts after a newline.
             let text = read_from(path, from);
-            if text.starts_with("acq\t") || text.contains("\nacq\t") {
-                return;
+            // Whole lines only: a line is written in one call; `acq <start> <end> ...`.
+            let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            let found = whole.lines().any(|l| {
+                let mut f = l.split('\t');
+                f.next() == Some("acq")
+                    && f.next()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .is_some_and(|t| t >= cut)
+            });
+            if found {
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        false
     }
 
     async fn end(&mut self, fault: Fault) -> Result<(), String> {
@@ -602,7 +643,13 @@ impl Campaign {
             Fault::Latency(c, n, _) => self.clients[c].proxies[n].set_latency(Duration::ZERO),
             Fault::ClientKill(c) => self.spawn_worker(c)?,
             Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
-                self.signal_worker(c, Signal::SIGCONT)
+                self.signal_worker(c, Signal::SIGCONT);
+                if let Some((at, holding)) = self.frozen.remove(&c) {
+                    if at.elapsed() >= crate::worker::LEASE_TTL {
+                        self.holder_freezes.0 += 1;
+                        self.holder_freezes.1 += u64::from(holding);
+                    }
+                }
             }
         }
         Ok(())

@@ -377,6 +377,48 @@ mod tests {
         }
     }
 
+    /// A "wipe after a missed grant" makes two nodes faulty in turn (the missed one for its
+    /// holder, then the wiped one): the minority rule holds only because no other node fault
+    /// overlaps it, and no other fault hits its holder.
+    #[test]
+    fn no_fault_overlaps_an_aimed_wipe_on_its_nodes_or_its_holder() {
+        for nodes in [3, 5] {
+            for beyond in [false, true] {
+                let s = Settings {
+                    beyond_minority: beyond,
+                    ..settings(nodes)
+                };
+                for seed in 0..20 {
+                    let plan = draw(seed, &s);
+                    let aimed: Vec<&Planned> = plan
+                        .iter()
+                        .filter(|p| matches!(p.fault, Fault::WipeAfterMissedGrant(..)))
+                        .collect();
+                    assert!(!aimed.is_empty(), "seed {seed}: no aimed fault drawn");
+                    for a in &aimed {
+                        let Fault::WipeAfterMissedGrant(holder, ..) = a.fault else {
+                            continue;
+                        };
+                        for p in &plan {
+                            if std::ptr::eq(p, *a)
+                                || p.at >= a.at + a.lasts
+                                || a.at >= p.at + p.lasts
+                            {
+                                continue;
+                            }
+                            assert!(
+                                p.fault.faulty_node().is_none() && p.fault.client() != Some(holder),
+                                "seed {seed}, N={nodes}: {} overlaps {}",
+                                p.fault,
+                                a.fault
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn beyond_the_model_is_measured_only_when_the_rule_is_lifted() {
         let s = settings(3);

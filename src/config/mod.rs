@@ -200,9 +200,10 @@ impl Config {
         self
     }
 
-    /// TEST ONLY: every quorum counts a lost reply (a timeout, or a connection that broke
-    /// after the request may have been sent) as applied, so a test can show what counting
-    /// only real replies prevents. Never use it in production.
+    /// TEST ONLY: the tally of every operation's fan-out counts a lost reply (a timeout, or a
+    /// connection that broke after the request may have been sent) as applied, so a test can
+    /// show what counting only real replies prevents. The fan-out's own early stop and the
+    /// client's node probes still count real replies only. Never use it in production.
     #[cfg(feature = "test-util")]
     pub fn with_lost_replies_counted_for_tests(mut self) -> Self {
         self.lost_replies_counted = true;

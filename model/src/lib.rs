@@ -1,0 +1,99 @@
+//! Explicit-state models of redquorum's protocols, checked with `stateright`: every
+//! interleaving of the clients' steps, the nodes' steps and the faults, within bounds, not
+//! only the ones a test or a campaign happens to hit.
+//!
+//! Each model's node step names the Lua script it mirrors, and `tests/conformance.rs` runs the
+//! same calls on a real `redis-server` and through the model's step, so the two cannot drift
+//! apart unnoticed. Each model has planted bugs (a protection switched off) for which the
+//! checker must find a counterexample: `tests/models.rs`.
+
+#![forbid(unsafe_code)]
+
+pub mod ids;
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Expectation, Model};
+
+/// What one exploration found.
+#[derive(Debug)]
+pub struct Report {
+    /// States generated, and distinct states.
+    pub states: usize,
+    pub unique: usize,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// Whether every reachable state within the bounds was visited.
+    pub complete: bool,
+    /// Properties that failed (an `always` with a counterexample, or a `sometimes` never
+    /// reached), each with its trace.
+    pub failed: Vec<(&'static str, String)>,
+}
+
+impl Report {
+    /// The trace of the failed property `name`, if it failed.
+    pub fn counterexample(&self, name: &str) -> Option<&str> {
+        self.failed
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t.as_str())
+    }
+}
+
+/// Explore `model` breadth-first (shortest counterexamples first) on `threads` threads.
+pub fn check<M>(model: M, threads: usize) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq,
+    M::Action: Debug + std::fmt::Display + Clone + PartialEq,
+{
+    check_at_most(model, threads, None)
+}
+
+/// [`check`], stopping after about `max_states` states (the report then says incomplete).
+pub fn check_at_most<M>(model: M, threads: usize, max_states: Option<usize>) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq,
+    M::Action: Debug + std::fmt::Display + Clone + PartialEq,
+{
+    let properties = model.properties();
+    let started = Instant::now();
+    let mut builder = model.checker().threads(threads.max(1));
+    if let Some(n) = max_states {
+        builder = builder.target_state_count(n);
+    }
+    let checker = builder.spawn_bfs().join();
+    let elapsed = started.elapsed();
+    let mut failed = Vec::new();
+    for p in &properties {
+        let found = checker.discovery(p.name);
+        let bad = match p.expectation {
+            Expectation::Always | Expectation::Eventually => found.is_some(),
+            Expectation::Sometimes => found.is_none(),
+        };
+        if !bad {
+            continue;
+        }
+        let trace = match found {
+            Some(path) => {
+                let mut t = String::new();
+                for (i, action) in path.into_actions().iter().enumerate() {
+                    t.push_str(&format!("  {:>2}. {action}\n", i + 1));
+                }
+                t
+            }
+            None => "  (never reached within the bounds)\n".to_string(),
+        };
+        failed.push((p.name, trace));
+    }
+    Report {
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        elapsed,
+        complete: checker.is_done() && max_states.is_none_or(|n| checker.state_count() < n),
+        failed,
+    }
+}

@@ -1,0 +1,70 @@
+//! Every model passes within its CI bounds, and every planted bug yields a counterexample,
+//! printed as a readable trace.
+
+use redquorum_model::{check, ids, Report};
+
+fn print(what: &str, r: &Report) {
+    println!(
+        "{what}: {} states ({} distinct) in {:.1} s",
+        r.states,
+        r.unique,
+        r.elapsed.as_secs_f64()
+    );
+    for (name, trace) in &r.failed {
+        println!("  {name}:\n{trace}");
+    }
+}
+
+fn passes(model: ids::IdModel) {
+    let r = check(model, 2);
+    print("ids", &r);
+    assert!(r.complete, "the exploration stopped before its end");
+    assert!(
+        r.failed.is_empty(),
+        "the ID register broke a property: {:#?}",
+        r.failed
+    );
+}
+
+#[test]
+fn the_id_register_returns_unique_ids_in_real_time_order_under_lost_messages_and_a_crash() {
+    passes(ids::IdModel::ci_network());
+}
+
+#[test]
+fn the_id_register_returns_unique_ids_in_real_time_order_when_a_node_is_wiped_and_repaired() {
+    passes(ids::IdModel::ci_amnesia());
+}
+
+fn counterexample(model: ids::IdModel, bug: ids::Bug, property: &str) {
+    let r = check(model.with_bug(bug), 2);
+    print(&format!("ids with {bug:?}"), &r);
+    let trace = r.counterexample(property).unwrap_or_else(|| {
+        panic!(
+            "{bug:?}: no counterexample to {property:?} found in {} states",
+            r.unique
+        )
+    });
+    assert!(
+        trace.contains("calls next_ids"),
+        "unreadable trace:\n{trace}"
+    );
+}
+
+#[test]
+fn a_quorum_of_half_the_nodes_yields_a_repeated_id() {
+    counterexample(
+        ids::IdModel::ci_network(),
+        ids::Bug::QuorumHalf,
+        "IDs unique",
+    );
+}
+
+#[test]
+fn a_wiped_node_without_quarantine_yields_a_repeated_id() {
+    counterexample(
+        ids::IdModel::ci_amnesia(),
+        ids::Bug::NoQuarantine,
+        "IDs unique",
+    );
+}
