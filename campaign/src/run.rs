@@ -286,7 +286,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             *n = n.saturating_sub(campaign.aimed_cancelled);
         }
         outcome.faults.insert(
-            "wipe after a missed grant, cancelled (no acquisition within 3 s)",
+            "wipe after a missed grant, cancelled (no acquisition within 5 s)",
             campaign.aimed_cancelled,
         );
     }
@@ -604,14 +604,14 @@ impl Campaign {
         false
     }
 
-    /// Wait (up to 3 s) until lease holder `c` records an acquisition whose attempt began at
+    /// Wait (up to 5 s) until lease holder `c` records an acquisition whose attempt began at
     /// or after `cut` (CLOCK_MONOTONIC ns): one that the cut-off node missed. False if none.
     async fn until_acquired(&self, c: usize, cut: u64) -> bool {
         let Some(path) = self.clients[c].records.last() else {
             return false;
         };
         let from = file_len(path);
-        let deadline = Instant::now() + Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             let text = read_from(path, from);
             // Whole lines only: a line is written in one call; `acq <start> <end> ...`.

@@ -77,6 +77,9 @@ pub enum Bug {
     QuorumHalf,
     /// No marker check, no quarantine: a wiped node votes at once (the script's `"*"`).
     NoQuarantine,
+    /// The repair reads the other nodes at once, without waiting one node timeout for the
+    /// proposals in flight (the hole the shipped repair had before the wait).
+    RepairWithoutWait,
 }
 
 /// The bounds of one exploration.
@@ -459,10 +462,11 @@ impl Model for IdModel {
             if s.wipes < self.wipes {
                 out.push(Action::Wipe(n as u8));
             }
-            if node.up && !node.reg.marked && self.check_marker() && !node.repairing {
+            let no_wait = self.bug == Some(Bug::RepairWithoutWait);
+            if node.up && !node.reg.marked && self.check_marker() && !node.repairing && !no_wait {
                 out.push(Action::RepairBegin(n as u8));
             }
-            if node.up && !node.reg.marked && self.check_marker() && node.repairing {
+            if node.up && !node.reg.marked && self.check_marker() && (node.repairing || no_wait) {
                 // Every set of exactly `needed` other nodes, up and marked, is a possible
                 // read set.
                 let others: Vec<usize> = (0..self.nodes)

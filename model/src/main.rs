@@ -1,7 +1,7 @@
 //! `rq-model`: run the model checks and print what each explored.
 //!
 //! `rq-model [--amnesia | --deep] [--threads N] [--calls N] [--rounds N] [--losses N] [--crashes N]
-//! [--wipes N] [--block N] [--bug quorum-half|no-quarantine] [--max-states N]`: the CI bounds
+//! [--wipes N] [--block N] [--bug quorum-half|no-quarantine|repair-without-wait] [--max-states N]`: the CI bounds
 //! for the network (or for amnesia), larger ones with `--deep`, or any bound set by hand.
 
 use std::process::ExitCode;
@@ -38,8 +38,11 @@ fn main() -> ExitCode {
     {
         Some(b) if b == "quorum-half" => m.bug = Some(ids::Bug::QuorumHalf),
         Some(b) if b == "no-quarantine" => m.bug = Some(ids::Bug::NoQuarantine),
+        Some(b) if b == "repair-without-wait" => m.bug = Some(ids::Bug::RepairWithoutWait),
         Some(b) => {
-            eprintln!("rq-model: unknown bug {b:?}: quorum-half or no-quarantine");
+            eprintln!(
+                "rq-model: unknown bug {b:?}: quorum-half, no-quarantine or repair-without-wait"
+            );
             return ExitCode::from(2);
         }
         None => {}

@@ -68,3 +68,12 @@ fn a_wiped_node_without_quarantine_yields_a_repeated_id() {
         "IDs unique",
     );
 }
+
+#[test]
+fn a_repair_that_does_not_wait_for_proposals_in_flight_yields_a_repeated_id() {
+    counterexample(
+        ids::IdModel::ci_amnesia(),
+        ids::Bug::RepairWithoutWait,
+        "IDs unique",
+    );
+}
