@@ -268,18 +268,7 @@ fn admissible(fault: &Fault, active: &[&Planned], s: &Settings, minority: usize)
 pub fn beyond_the_model(plan: &[Planned], s: &Settings) -> (usize, Duration) {
     let minority = s.nodes.saturating_sub(1) / 2;
     let too_many = |t: Duration| {
-        (0..s.clients.max(1)).any(|client| {
-            let mut faulty: Vec<usize> = plan
-                .iter()
-                .filter(|q| q.at <= t && t < q.at + q.lasts)
-                .filter_map(|q| q.fault.faulty_node())
-                .filter(|(_, c)| c.is_none_or(|c| c == client))
-                .map(|(n, _)| n)
-                .collect();
-            faulty.sort_unstable();
-            faulty.dedup();
-            faulty.len() > minority
-        })
+        (0..s.clients.max(1)).any(|client| faulty_at(plan, t, client).len() > minority)
     };
     // The set of faulty nodes changes only at a fault's start or end.
     let mut cuts: Vec<Duration> = plan.iter().flat_map(|p| [p.at, p.at + p.lasts]).collect();
@@ -292,6 +281,20 @@ pub fn beyond_the_model(plan: &[Planned], s: &Settings) -> (usize, Duration) {
         .sum();
     let starts = plan.iter().filter(|p| too_many(p.at)).count();
     (starts, total)
+}
+
+/// The nodes faulty for `client` at `t` in `plan`, sorted, each once.
+pub fn faulty_at(plan: &[Planned], t: Duration, client: usize) -> Vec<usize> {
+    let mut faulty: Vec<usize> = plan
+        .iter()
+        .filter(|q| q.at <= t && t < q.at + q.lasts)
+        .filter_map(|q| q.fault.faulty_node())
+        .filter(|(_, c)| c.is_none_or(|c| c == client))
+        .map(|(n, _)| n)
+        .collect();
+    faulty.sort_unstable();
+    faulty.dedup();
+    faulty
 }
 
 #[cfg(test)]
@@ -327,15 +330,7 @@ mod tests {
                 for p in &plan {
                     let t = p.at;
                     for client in 0..s.clients {
-                        let mut faulty: Vec<usize> = plan
-                            .iter()
-                            .filter(|q| q.at <= t && t < q.at + q.lasts)
-                            .filter_map(|q| q.fault.faulty_node())
-                            .filter(|(_, c)| c.is_none_or(|c| c == client))
-                            .map(|(n, _)| n)
-                            .collect();
-                        faulty.sort_unstable();
-                        faulty.dedup();
+                        let faulty = faulty_at(&plan, t, client);
                         assert!(
                             faulty.len() <= (nodes - 1) / 2,
                             "seed {seed}, N={nodes}: at {t:?} client {client} sees {faulty:?} faulty"

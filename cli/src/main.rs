@@ -362,16 +362,13 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             if no_barrier_for_tests {
                 opts = opts.without_barrier_for_tests();
             }
-            let recorder = match record.map(|p| record::Recorder::open(&p, Some(tasks))) {
-                Some(Ok((r, hook))) => {
+            let recorder = match record::Recorder::open_option(record, Some(tasks)) {
+                Ok(Some((r, hook))) => {
                     opts = opts.with_drain(interval, hook);
                     Some(r)
                 }
-                Some(Err(e)) => {
-                    eprintln!("redquorum: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-                None => None,
+                Ok(None) => None,
+                Err(code) => return Ok(code),
             };
             index_watch(&client, &group, id, opts, recorder).await
         }
@@ -418,16 +415,13 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             if no_barrier_for_tests {
                 opts = opts.without_barrier_for_tests();
             }
-            let recorder = match record.map(|p| record::Recorder::open(&p, None)) {
-                Some(Ok((r, hook))) => {
+            let recorder = match record::Recorder::open_option(record, None) {
+                Ok(Some((r, hook))) => {
                     opts = opts.with_drain(interval, hook);
                     Some(r)
                 }
-                Some(Err(e)) => {
-                    eprintln!("redquorum: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-                None => None,
+                Ok(None) => None,
+                Err(code) => return Ok(code),
             };
             dist_watch(&client, &pool, id, opts, recorder).await
         }

@@ -59,6 +59,21 @@ impl Recorder {
         })
     }
 
+    /// [`Recorder::open`] for the hidden `--record FILE` option when it is given: the recorder
+    /// and its drain hook; when the file cannot be created, the error is printed and the
+    /// command's exit code (2) returned.
+    pub(crate) fn open_option(
+        path: Option<std::path::PathBuf>,
+        tasks: Option<u64>,
+    ) -> Result<Option<(Recorder, redquorum::DrainHook)>, std::process::ExitCode> {
+        path.map(|p| Recorder::open(&p, tasks))
+            .transpose()
+            .map_err(|e| {
+                eprintln!("redquorum: {e}");
+                std::process::ExitCode::from(2)
+            })
+    }
+
     /// Create the record at `path` and the drain hook that records what a drain gives up
     /// before the member acknowledges (install it with the member's drain timeout).
     pub(crate) fn open(
