@@ -23,7 +23,7 @@
 
 use std::fmt;
 
-use stateright::{Model, Property};
+use stateright::{Model, Property, Representative};
 
 /// A node's register for one sequence, and whether its marker is the one the clients expect.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -177,7 +177,7 @@ pub enum Msg {
 }
 
 /// A node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Node {
     /// Its register (kept across a crash: AOF `appendfsync always`).
     pub reg: Register,
@@ -190,7 +190,7 @@ pub struct Node {
 }
 
 /// A call in progress: its round.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Round {
     /// The client's round counter (replies of older rounds are ignored).
     pub seq: u8,
@@ -209,7 +209,7 @@ pub struct Round {
 }
 
 /// A client process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Client {
     /// Calls made (returned or given up).
     pub calls: u8,
@@ -222,7 +222,7 @@ pub struct Client {
 }
 
 /// A call that returned its IDs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Returned {
     pub client: u8,
     pub base: u64,
@@ -232,7 +232,7 @@ pub struct Returned {
 }
 
 /// The whole system.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdState {
     pub nodes: Vec<Node>,
     pub clients: Vec<Client>,
@@ -626,5 +626,61 @@ impl Model for IdModel {
                 s.returned.len() == m.clients * m.calls as usize
             }),
         ]
+    }
+}
+
+fn remap_mask(mask: u8, node: &[usize]) -> u8 {
+    (0..node.len())
+        .filter(|&i| mask & (1 << i) != 0)
+        .fold(0, |acc, i| acc | (1 << node[i]))
+}
+
+/// Ranks: `rank[i]` is the place of `i` when `0..n` is sorted by `key` (ties keep their order).
+fn ranks<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| key(i));
+    let mut rank = vec![0; n];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r;
+    }
+    rank
+}
+
+/// Nodes are interchangeable, and so are clients: the representative renames them in the
+/// order of their own state (ties keep their order), so the checker visits states that differ
+/// only by such a renaming once (any member of the class is a sound representative).
+impl Representative for IdState {
+    fn representative(&self) -> Self {
+        let node = ranks(self.nodes.len(), |i| self.nodes[i].clone());
+        let client = ranks(self.clients.len(), |j| self.clients[j]);
+        let mut s = self.clone();
+        for (i, n) in self.nodes.iter().enumerate() {
+            s.nodes[node[i]] = n.clone();
+        }
+        for (j, c) in self.clients.iter().enumerate() {
+            let mut c = *c;
+            if let Some(r) = c.call.as_mut() {
+                r.acks = remap_mask(r.acks, &node);
+                r.replied = remap_mask(r.replied, &node);
+            }
+            s.clients[client[j]] = c;
+        }
+        for Msg::Propose {
+            client: c,
+            node: n,
+            before_repair_of,
+            ..
+        } in s.net.iter_mut()
+        {
+            *c = client[*c as usize] as u8;
+            *n = node[*n as usize] as u8;
+            *before_repair_of = remap_mask(*before_repair_of, &node);
+        }
+        s.net.sort();
+        for r in s.returned.iter_mut() {
+            r.client = client[r.client as usize] as u8;
+        }
+        s.returned.sort();
+        s
     }
 }

@@ -10,12 +10,13 @@
 #![forbid(unsafe_code)]
 
 pub mod ids;
+pub mod leases;
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, Model};
+use stateright::{Checker, Expectation, Model, Representative};
 
 /// What one exploration found.
 #[derive(Debug)]
@@ -66,9 +67,63 @@ where
         builder = builder.target_state_count(n);
     }
     let checker = builder.spawn_bfs().join();
+    report(&properties, &checker, started, max_states)
+}
+
+/// Search `model` breadth-first until `property` has a discovery (a counterexample to an
+/// `always`, a witness of a `sometimes`): the planted-bug searches, which need the shortest
+/// trace, not the whole space.
+pub fn find<M>(model: M, threads: usize, property: &'static str) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq,
+    M::Action: Debug + std::fmt::Display + Clone + PartialEq,
+{
+    let properties = model.properties();
+    let started = Instant::now();
+    let checker = model
+        .checker()
+        .threads(threads.max(1))
+        .finish_when(stateright::HasDiscoveries::AnyOf([property].into()))
+        .spawn_bfs()
+        .join();
+    report(&properties, &checker, started, None)
+}
+
+/// Explore `model` depth-first with symmetry reduction: each class of states that differ only
+/// by a renaming of interchangeable nodes and clients is visited once (stateright reduces
+/// symmetry only depth-first). Exhaustive like [`check`], with far fewer states; its
+/// counterexamples are not the shortest (use [`check`] to find those).
+pub fn check_symmetric<M>(model: M, threads: usize, max_states: Option<usize>) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq + Representative,
+    M::Action: Debug + std::fmt::Display + Clone + PartialEq,
+{
+    let properties = model.properties();
+    let started = Instant::now();
+    let mut builder = model.checker().threads(threads.max(1)).symmetry();
+    if let Some(n) = max_states {
+        builder = builder.target_state_count(n);
+    }
+    let checker = builder.spawn_dfs().join();
+    report(&properties, &checker, started, max_states)
+}
+
+fn report<M>(
+    properties: &[stateright::Property<M>],
+    checker: &impl Checker<M>,
+    started: Instant,
+    max_states: Option<usize>,
+) -> Report
+where
+    M: Model,
+    M::State: Debug + Hash + Clone + PartialEq,
+    M::Action: Debug + std::fmt::Display + Clone + PartialEq,
+{
     let elapsed = started.elapsed();
     let mut failed = Vec::new();
-    for p in &properties {
+    for p in properties {
         let found = checker.discovery(p.name);
         let bad = match p.expectation {
             Expectation::Always | Expectation::Eventually => found.is_some(),

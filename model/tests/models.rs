@@ -1,7 +1,7 @@
 //! Every model passes within its CI bounds, and every planted bug yields a counterexample,
 //! printed as a readable trace.
 
-use redquorum_model::{check, ids, Report};
+use redquorum_model::{check_symmetric, find, ids, Report};
 
 fn print(what: &str, r: &Report) {
     println!(
@@ -16,7 +16,7 @@ fn print(what: &str, r: &Report) {
 }
 
 fn passes(model: ids::IdModel) {
-    let r = check(model, 2);
+    let r = check_symmetric(model, 2, None);
     print("ids", &r);
     assert!(r.complete, "the exploration stopped before its end");
     assert!(
@@ -36,9 +36,15 @@ fn the_id_register_returns_unique_ids_in_real_time_order_when_a_node_is_wiped_an
     passes(ids::IdModel::ci_amnesia());
 }
 
-fn counterexample(model: ids::IdModel, bug: ids::Bug, property: &str) {
-    let r = check(model.with_bug(bug), 2);
-    print(&format!("ids with {bug:?}"), &r);
+fn counterexample(model: ids::IdModel, bug: ids::Bug, property: &'static str) {
+    let r = find(model.with_bug(bug), 2, property);
+    println!(
+        "ids with {bug:?}: {} states ({} distinct) in {:.1} s; {property}:\n{}",
+        r.states,
+        r.unique,
+        r.elapsed.as_secs_f64(),
+        r.counterexample(property).unwrap_or("  (not found)\n")
+    );
     let trace = r.counterexample(property).unwrap_or_else(|| {
         panic!(
             "{bug:?}: no counterexample to {property:?} found in {} states",

@@ -1,0 +1,1372 @@
+//! Fenced leases: Redlock without server-side expiry, a fencing token minted inside each
+//! grant, takeover only after watching the holder's value unchanged, extension, release, and
+//! quarantine and repair of a node that restarted or lost its data.
+//!
+//! Mirrors: the node steps `src/scripts/lock_acquire.lua` ([`lock_acquire`]),
+//! `lock_extend.lua` ([`lock_extend`]), `lock_release.lua` ([`lock_release`]), the repair's
+//! `restore.lua` lease mode ([`restore_lease`]) and the resource guard `fenced_set.lua`
+//! ([`fenced_set`]), each compared with the real script on a real node by
+//! `tests/conformance_leases.rs`; the client's rounds in `src/lock/acquire.rs` (plan from the
+//! watch as `lease::plan_with`, learn from the replies, release a round that was not granted),
+//! the extension verdict of `lease::judge_extension`, and the repair in `src/repair/` (raise
+//! the fence to the highest a majority of the *other* marked nodes hold, restore the newest
+//! lease copy where the node has none and its fence allows, then mark).
+//!
+//! Explored: every interleaving of two (or three) clients' acquisition rounds, extensions,
+//! fenced writes and releases, the delivery of every request in any order, lost requests and
+//! lost replies, a client that decides a round with only some replies in (its timeout, or a
+//! pause), node crash and restart (data kept; the restarted node is quarantined until a repair
+//! marks it, as its run_id changed), node wipe (restarts empty and unmarked), and repair.
+//!
+//! **Time as bounded-drift steps.** Real time is a tick counter that only `Tick` advances, up to
+//! a horizon. A holder's validity runs `validity` ticks from the *send* of its last write a
+//! majority applied; a watcher may swap a held key only after seeing it unchanged for `window`
+//! ticks from the *receipt* of the first reply that showed it. The library's margins
+//! (`src/lease/mod.rs`: validity `ttl - drift`, window `ttl + drift`, drift = 1 % + 2 ms, for
+//! clock rates within 0.5 % of real time) make the holder's longest validity in real time at
+//! most the watcher's shortest window; the model gives every holder that longest validity and
+//! every watcher that shortest window (`validity == window`), the extremes of any drift within
+//! the bound, so a violation under any allowed drift shows here. The planted bug
+//! [`Bug::NoDriftMargin`] gives the holder one tick more than the watcher waits.
+//!
+//! Properties: at most one valid holder at any tick; tokens increase with real time (every
+//! grant's token is above every earlier grant's); no stale fenced write accepted (the resource
+//! never accepts a write of a lease granted before one whose write it already accepted).
+//!
+//! Abstractions, stated: one lock name (its fence key and its floor bucket are modelled; the
+//! old single floor, never written any more, is 0); a round proposes just above the highest fence known (the real client adds a random spread on a
+//! retry, which only raises the token); a node's reply reaches its client in the step that
+//! applies the request (a slow reply is a client deciding without it); a grant is kept if any
+//! validity is left when it is decided (the real client asks for half the TTL: fewer grants);
+//! a repair is one step, and a request sent before a wipe is given up by its client when the
+//! repair of that node reads (the real repair waits one node timeout, the longest a client
+//! counts a reply); the resource (the fenced store) does not fail.
+
+use std::fmt;
+
+use stateright::{Model, Property, Representative};
+
+/// A lease copy on one node (`rq:lock:<name>`: value, version; the token is part of the value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The acquisition round's value (fresh for every round).
+    pub value: u8,
+    /// The fencing token inside the value.
+    pub token: u8,
+    /// Raised by every extension.
+    pub version: u8,
+}
+
+/// What one node stores for the lock (kept across a crash: AOF `appendfsync always`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Data {
+    /// The lease copy, if any.
+    pub key: Option<Key>,
+    /// The lock's fence key (`rq:fence:<name>`): the token of its latest grant here; deleted
+    /// (0) by a release, which first raises the floor to it.
+    pub fence: u8,
+    /// The lock's fence floor bucket (`rq:floor:<bucket>`; the old single floor is never
+    /// written any more, so it is 0 here).
+    pub floor: u8,
+    /// The run_id the node was last verified on (`rq:marker`), lost with the data.
+    pub marker: Option<u8>,
+}
+
+/// What the node is asked to grant on (`lock_acquire.lua`'s mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ask {
+    /// `"absent"`: grant only if there is no key.
+    Absent,
+    /// `"swap"`: grant only if the key is exactly this value at this version.
+    Swap { value: u8, version: u8 },
+    /// `"read"`: change nothing.
+    Read,
+}
+
+/// `lock_acquire.lua`'s status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// 1: granted.
+    Granted,
+    /// 0: the key is not as expected (or a read).
+    NotAsExpected,
+    /// -2: as expected, but the fence is at or above the token.
+    TokenLow,
+    /// -1: marker missing or stale.
+    Refused,
+}
+
+/// `lock_acquire.lua`'s reply: the status, the fence before the call, the key before the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Grant {
+    pub status: Status,
+    pub fence: u8,
+    pub key: Option<Key>,
+}
+
+/// `lock_acquire.lua`, line for line: read the fence and the key, check the marker (`None` is
+/// the script's `"*"`), compare the key with the ask, check the token against the fence, then
+/// grant (key at version 1, fence = token).
+pub fn lock_acquire(d: &mut Data, value: u8, token: u8, expect: Option<u8>, ask: Ask) -> Grant {
+    let fence = d.fence.max(d.floor);
+    let key = d.key;
+    if expect.is_some() && d.marker != expect {
+        return Grant {
+            status: Status::Refused,
+            fence,
+            key,
+        };
+    }
+    let expected = match ask {
+        Ask::Absent => key.is_none(),
+        Ask::Swap {
+            value: v,
+            version: n,
+        } => key.is_some_and(|k| k.value == v && k.version == n),
+        Ask::Read => false,
+    };
+    if !expected {
+        return Grant {
+            status: Status::NotAsExpected,
+            fence,
+            key,
+        };
+    }
+    if fence >= token {
+        return Grant {
+            status: Status::TokenLow,
+            fence,
+            key,
+        };
+    }
+    d.key = Some(Key {
+        value,
+        token,
+        version: 1,
+    });
+    d.fence = token;
+    Grant {
+        status: Status::Granted,
+        fence,
+        key,
+    }
+}
+
+/// `lock_extend.lua`'s status: 1 extended, 2 re-created, 0 another value, -2 fence above the
+/// token, -1 marker missing or stale.
+pub fn lock_extend(d: &mut Data, value: u8, version: u8, token: u8, expect: Option<u8>) -> i8 {
+    if expect.is_some() && d.marker != expect {
+        return -1;
+    }
+    match d.key {
+        Some(ref mut k) if k.value == value => {
+            if version > k.version {
+                k.version = version;
+            }
+            1
+        }
+        Some(_) => 0,
+        None => {
+            let fence = d.fence.max(d.floor);
+            if fence > token {
+                return -2;
+            }
+            d.key = Some(Key {
+                value,
+                token,
+                version,
+            });
+            if fence < token {
+                d.fence = token;
+            }
+            2
+        }
+    }
+}
+
+/// `lock_release.lua`: compare-and-delete; the fence key is folded into the floor bucket and
+/// deleted. No marker check.
+pub fn lock_release(d: &mut Data, value: u8) -> bool {
+    if d.key.is_none_or(|k| k.value != value) {
+        return false;
+    }
+    d.key = None;
+    d.floor = d.floor.max(d.fence);
+    d.fence = 0;
+    true
+}
+
+/// `restore.lua` in mode `"lease"`: write the copy only where the node has none and its
+/// (already raised) fence KEY is at most the copy's token (the script reads the fence key
+/// only, not the floor).
+pub fn restore_lease(d: &mut Data, copy: Key) -> bool {
+    if d.key.is_some() || d.fence > copy.token {
+        return false;
+    }
+    d.key = Some(copy);
+    if d.fence < copy.token {
+        d.fence = copy.token;
+    }
+    true
+}
+
+/// `fenced_set.lua`: apply a write only if its token is at least the highest seen.
+pub fn fenced_set(highest: &mut u8, token: u8) -> bool {
+    if token < *highest {
+        return false;
+    }
+    *highest = token;
+    true
+}
+
+/// A protection switched off, to show the checker finds what it prevents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// A watcher swaps a held key as soon as it has seen it (`Config::without_takeover_wait_for_tests`).
+    TakeoverWithoutWait,
+    /// No drift margin: the holder's validity lasts one tick longer than the watcher's wait
+    /// (both use the bare TTL, their clocks drifting apart).
+    NoDriftMargin,
+    /// No marker check, no quarantine: a restarted or wiped node votes at once.
+    NoQuarantine,
+    /// The resource accepts every write (no fencing token check).
+    FencingOff,
+    /// A quorum of N/2 (at least 1) instead of a majority.
+    QuorumHalf,
+}
+
+/// The bounds of one exploration.
+#[derive(Clone, Debug)]
+pub struct LeaseModel {
+    /// Nodes (3).
+    pub nodes: usize,
+    /// Clients (separate processes, each with its own watch).
+    pub clients: usize,
+    /// Acquisition rounds the clients may start, in all.
+    pub rounds: u8,
+    /// Extension rounds the holders may start, in all.
+    pub extensions: u8,
+    /// Ticks a holder's lease stays valid after the send of its last applied write.
+    pub validity: u8,
+    /// Ticks a watcher must see a held key unchanged before it may swap it.
+    pub window: u8,
+    /// Requests or replies the network may lose, in all.
+    pub losses: u8,
+    /// Node crashes (each may restart), in all.
+    pub crashes: u8,
+    /// Node wipes, in all.
+    pub wipes: u8,
+    /// A planted bug, if any.
+    pub bug: Option<Bug>,
+}
+
+impl LeaseModel {
+    /// CI bounds for takeover: 3 nodes, 2 clients, 3 acquisition rounds in all (one to
+    /// grant, one to see the holder's key, one to swap it), a fenced write per lease, a
+    /// lease of one tick, no fault but reordering and pauses.
+    pub fn ci_takeover() -> Self {
+        LeaseModel {
+            nodes: 3,
+            clients: 2,
+            rounds: 3,
+            extensions: 0,
+            validity: 1,
+            window: 1,
+            losses: 0,
+            crashes: 0,
+            wipes: 0,
+            bug: None,
+        }
+    }
+
+    /// CI bounds for the network: 2 acquisition rounds and one extension in all, one lost
+    /// request or reply (or a client that stops waiting).
+    pub fn ci_network() -> Self {
+        LeaseModel {
+            rounds: 2,
+            extensions: 1,
+            losses: 1,
+            ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// CI bounds for node faults: 2 acquisition rounds, one node crash (restart under a new
+    /// run_id, quarantine, repair) and one wipe (restarts empty, quarantine, repair).
+    pub fn ci_amnesia() -> Self {
+        LeaseModel {
+            rounds: 2,
+            crashes: 1,
+            wipes: 1,
+            ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// Larger bounds (`rq-model leases --deep`): takeover with an extension and a lost
+    /// message.
+    pub fn deep() -> Self {
+        LeaseModel {
+            extensions: 1,
+            losses: 1,
+            ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// The same bounds with `bug` planted.
+    pub fn with_bug(mut self, bug: Bug) -> Self {
+        self.bug = Some(bug);
+        self
+    }
+
+    fn needed(&self) -> usize {
+        match self.bug {
+            Some(Bug::QuorumHalf) => (self.nodes / 2).max(1),
+            _ => self.nodes / 2 + 1,
+        }
+    }
+
+    fn window(&self) -> u8 {
+        match self.bug {
+            Some(Bug::TakeoverWithoutWait) => 0,
+            _ => self.window,
+        }
+    }
+
+    fn validity(&self) -> u8 {
+        match self.bug {
+            Some(Bug::NoDriftMargin) => self.window + 1,
+            _ => self.validity,
+        }
+    }
+
+    fn quarantine(&self) -> bool {
+        self.bug != Some(Bug::NoQuarantine)
+    }
+}
+
+/// A request in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    /// `lock_acquire.lua` from a client's round (its value is fresh: it names the round).
+    Acquire {
+        client: u8,
+        node: u8,
+        value: u8,
+        token: u8,
+        ask: Ask,
+        /// The marker the call expects (`None`: `"*"`).
+        expect: Option<u8>,
+        /// The node's run_id on the connection that sent it.
+        conn: u8,
+        /// The nodes (bit mask) wiped while this request was in flight.
+        wiped: u8,
+    },
+    /// `lock_extend.lua` from a holder's extension round (named by the version it raises to).
+    Extend {
+        client: u8,
+        node: u8,
+        value: u8,
+        version: u8,
+        token: u8,
+        expect: Option<u8>,
+        wiped: u8,
+    },
+    /// `lock_release.lua` (no reply counted).
+    Release { node: u8, value: u8 },
+    /// A holder's fenced write to the resource: `fenced_set.lua` with its token.
+    Write { grant: u8, token: u8 },
+}
+
+impl Msg {
+    fn node(&self) -> Option<u8> {
+        match *self {
+            Msg::Acquire { node, .. } | Msg::Extend { node, .. } | Msg::Release { node, .. } => {
+                Some(node)
+            }
+            Msg::Write { .. } => None,
+        }
+    }
+
+    fn wiped_mut(&mut self) -> Option<&mut u8> {
+        match self {
+            Msg::Acquire { wiped, .. } | Msg::Extend { wiped, .. } => Some(wiped),
+            _ => None,
+        }
+    }
+}
+
+/// A node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Node {
+    pub data: Data,
+    /// Its current run_id (a new one at every restart).
+    pub run: u8,
+    pub up: bool,
+}
+
+impl Node {
+    /// Verified: its marker names its current run (clients send only to verified nodes).
+    fn verified(&self) -> bool {
+        self.up && self.data.marker == Some(self.run)
+    }
+}
+
+/// What a watcher saw on one node, on which incarnation, and for how many ticks since the
+/// receipt of the first reply that showed it (counted up to the window: only that comparison
+/// matters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Watched {
+    pub run: u8,
+    pub key: Option<Key>,
+    pub age: u8,
+}
+
+/// An acquisition round in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AcqRound {
+    pub value: u8,
+    pub token: u8,
+    /// Ticks of validity a grant would have left (the validity counted from the send, down
+    /// to 0).
+    pub left: u8,
+    /// Every ask was a read.
+    pub only_reads: bool,
+    /// Nodes that granted, nodes whose reply counts no more (bit masks).
+    pub acks: u8,
+    pub replied: u8,
+    /// Some node granted by swapping a key it held (a takeover).
+    pub swapped: bool,
+}
+
+/// An extension round in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExtRound {
+    /// Ticks of validity the extension would give (counted from its send, down to 0).
+    pub left: u8,
+    pub applied: u8,
+    pub rejected: u8,
+    pub replied: u8,
+}
+
+/// A lease held (valid while `left > 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Hold {
+    pub value: u8,
+    pub token: u8,
+    /// Its place in the order of grants.
+    pub grant: u8,
+    /// Ticks of validity left.
+    pub left: u8,
+    pub version: u8,
+    pub ext: Option<ExtRound>,
+    pub wrote: bool,
+}
+
+/// What a client is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Doing {
+    Idle,
+    Acquiring(AcqRound),
+    Holding(Hold),
+}
+
+/// A client process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Client {
+    /// The highest fence known.
+    pub known: u8,
+    pub watch: Vec<Option<Watched>>,
+    pub doing: Doing,
+}
+
+/// What the properties need of the past (kept small: a history that differs makes states
+/// differ).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Past {
+    /// Leases granted so far, and the last one's token.
+    pub grants: u8,
+    pub last_token: u8,
+    /// A grant had a token at or below an earlier grant's.
+    pub token_order_broken: bool,
+    /// Some lease was granted by swapping a key another value held (a takeover).
+    pub took_over: bool,
+    /// The latest grant (by its place in the order of grants) whose write the resource
+    /// accepted.
+    pub last_accepted: Option<u8>,
+    /// The resource accepted a write of a lease granted before one whose write it had
+    /// already accepted.
+    pub stale_accepted: bool,
+    /// The resource refused a write.
+    pub refused: bool,
+    /// An extension was decided as extended.
+    pub extended: bool,
+    /// A repair marked a node.
+    pub repaired: bool,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseState {
+    pub nodes: Vec<Node>,
+    pub clients: Vec<Client>,
+    /// Requests in flight, sorted (a multiset).
+    pub net: Vec<Msg>,
+    /// The resource's highest token (`fenced_set.lua`'s fence key).
+    pub resource: u8,
+    pub past: Past,
+    /// Acquisition and extension rounds started.
+    pub rounds: u8,
+    pub extensions: u8,
+    pub losses: u8,
+    pub crashes: u8,
+    pub wipes: u8,
+}
+
+/// One step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Real time advances one tick.
+    Tick,
+    /// A client starts an acquisition round, planned from its watch.
+    Round(u8),
+    /// A holder starts an extension round.
+    Extend(u8),
+    /// A client decides its round: a majority answered alike, or no reply can still come.
+    Decide(u8),
+    /// A client decides its round without the replies still to come (its node timeout:
+    /// counted as a loss, as a lost reply would be).
+    Timeout(u8),
+    /// A holder, while valid, sends a fenced write to the resource.
+    Write(u8),
+    /// A holder releases its lease (valid or not).
+    Release(u8),
+    /// The network delivers a request; the node applies it and the client hears the reply.
+    Deliver(Msg),
+    /// The network delivers a request; the node applies it; the reply is lost.
+    DeliverLosingReply(Msg),
+    /// The network loses a request.
+    Lose(Msg),
+    /// A node crashes; requests to it are lost.
+    Crash(u8),
+    /// A crashed node restarts with its data, under a new run_id (quarantined).
+    Restart(u8),
+    /// A node loses its data and restarts empty (unmarked: quarantined).
+    Wipe(u8),
+    /// A repair reads the nodes in the mask (a majority of the other verified nodes), raises
+    /// the node's fence, restores the newest lease copy if allowed, and marks it.
+    Repair(u8, u8),
+}
+
+fn ask_text(ask: Ask) -> String {
+    match ask {
+        Ask::Absent => "grant if free".into(),
+        Ask::Swap { value, version } => format!("swap v{value}.{version}"),
+        Ask::Read => "read".into(),
+    }
+}
+
+impl fmt::Display for Msg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Msg::Acquire {
+                client,
+                node,
+                value,
+                token,
+                ask,
+                ..
+            } => write!(
+                f,
+                "client {client}'s acquire of v{value} (token {token}, {}) to node {node}",
+                ask_text(ask)
+            ),
+            Msg::Extend {
+                client,
+                node,
+                value,
+                version,
+                ..
+            } => write!(
+                f,
+                "client {client}'s extension of v{value} to version {version} to node {node}"
+            ),
+            Msg::Release { node, value } => write!(f, "the release of v{value} to node {node}"),
+            Msg::Write { grant, token } => {
+                write!(
+                    f,
+                    "lease #{grant}'s write with token {token} to the resource"
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Action::Tick => write!(f, "time passes (one tick)"),
+            Action::Round(c) => write!(f, "client {c} starts an acquisition round"),
+            Action::Extend(c) => write!(f, "client {c} starts extending its lease"),
+            Action::Decide(c) => write!(f, "client {c} decides its round"),
+            Action::Timeout(c) => write!(
+                f,
+                "client {c} stops waiting for the replies still to come and decides its round"
+            ),
+            Action::Write(c) => {
+                write!(f, "client {c}, holding a valid lease, sends a fenced write")
+            }
+            Action::Release(c) => write!(f, "client {c} releases its lease"),
+            Action::Deliver(m @ (Msg::Acquire { .. } | Msg::Extend { .. })) => {
+                write!(f, "delivered: {m}; its reply heard")
+            }
+            Action::Deliver(m) => write!(f, "delivered: {m}"),
+            Action::DeliverLosingReply(m) => write!(f, "delivered: {m}; its reply lost"),
+            Action::Lose(m) => write!(f, "lost: {m}"),
+            Action::Crash(n) => write!(f, "node {n} crashes"),
+            Action::Restart(n) => write!(f, "node {n} restarts with its data (quarantined)"),
+            Action::Wipe(n) => write!(f, "node {n} loses its data and restarts empty"),
+            Action::Repair(n, from) => write!(
+                f,
+                "a repair reads nodes {:?}, copies onto node {n} and marks it",
+                (0..8).filter(|o| from & (1 << o) != 0).collect::<Vec<_>>()
+            ),
+        }
+    }
+}
+
+fn remove(net: &mut Vec<Msg>, m: &Msg) {
+    if let Some(i) = net.iter().position(|x| x == m) {
+        net.remove(i);
+    }
+}
+
+impl LeaseModel {
+    /// `lease::plan_with`: per node, grant if free (never seen, or seen free), swap a key seen
+    /// unchanged for the window, or read; only reads when a majority cannot be ready yet.
+    fn plan(&self, s: &LeaseState, c: usize) -> Vec<(Ask, Option<u8>)> {
+        let client = &s.clients[c];
+        let window = self.window();
+        let mut asks = Vec::with_capacity(self.nodes);
+        let mut ready = 0;
+        let mut later = 0;
+        for (n, node) in s.nodes.iter().enumerate() {
+            let current = self.quarantine().then_some(node.run);
+            match client.watch[n] {
+                None => {
+                    asks.push((Ask::Absent, current));
+                    ready += 1;
+                }
+                Some(Watched { key: None, .. }) => {
+                    asks.push((Ask::Absent, current));
+                    ready += 1;
+                }
+                Some(Watched {
+                    run,
+                    key: Some(k),
+                    age,
+                }) => {
+                    if age >= window {
+                        let watched = self.quarantine().then_some(run);
+                        asks.push((
+                            Ask::Swap {
+                                value: k.value,
+                                version: k.version,
+                            },
+                            watched,
+                        ));
+                        ready += 1;
+                    } else {
+                        asks.push((Ask::Read, current));
+                        later += 1;
+                    }
+                }
+            }
+        }
+        let needed = self.needed();
+        if ready < needed && later >= needed - ready {
+            // `Plan::WaitUntil`: the round only refreshes what the nodes hold.
+            for (n, a) in asks.iter_mut().enumerate() {
+                *a = (Ask::Read, self.quarantine().then_some(s.nodes[n].run));
+            }
+        }
+        asks
+    }
+
+    fn start_round(&self, s: &mut LeaseState, c: usize) {
+        let asks = self.plan(s, c);
+        s.rounds += 1;
+        let value = s.rounds; // fresh for every round
+        let client = &mut s.clients[c];
+        let token = client.known + 1;
+        let only_reads = asks.iter().all(|(a, _)| *a == Ask::Read);
+        client.doing = Doing::Acquiring(AcqRound {
+            value,
+            token,
+            left: self.validity(),
+            only_reads,
+            acks: 0,
+            replied: 0,
+            swapped: false,
+        });
+        for (n, (ask, expect)) in asks.into_iter().enumerate() {
+            let node = &s.nodes[n];
+            if !node.up || (self.quarantine() && !node.verified()) {
+                continue; // quarantined or unreachable: not asked
+            }
+            s.net.push(Msg::Acquire {
+                client: c as u8,
+                node: n as u8,
+                value,
+                token,
+                ask,
+                expect,
+                conn: node.run,
+                wiped: 0,
+            });
+        }
+        s.net.sort();
+    }
+
+    /// Whether a request of the round named by `name` (an acquisition's value, an
+    /// extension's version) of client `c` to a node not in `replied` is in flight.
+    fn pending(&self, s: &LeaseState, c: u8, name: u8, replied: u8) -> bool {
+        s.net.iter().any(|m| match *m {
+            Msg::Acquire {
+                client,
+                node,
+                value,
+                ..
+            } => client == c && value == name && replied & (1 << node) == 0,
+            Msg::Extend {
+                client,
+                node,
+                version,
+                ..
+            } => client == c && version == name && replied & (1 << node) == 0,
+            _ => false,
+        })
+    }
+
+    fn send_releases(&self, s: &mut LeaseState, value: u8, skip: u8) {
+        for n in 0..self.nodes {
+            if s.nodes[n].up && skip & (1 << n) == 0 {
+                s.net.push(Msg::Release {
+                    node: n as u8,
+                    value,
+                });
+            }
+        }
+        s.net.sort();
+    }
+
+    /// Decide an acquisition round (`decide::after_round`; a round not granted is released
+    /// everywhere unless it only read).
+    fn decide_acquisition(&self, s: &mut LeaseState, c: usize, r: AcqRound) {
+        let granted = r.acks.count_ones() as usize >= self.needed();
+        let valid_left = r.left > 0;
+        let client = &mut s.clients[c];
+        client.known = client.known.max(if r.acks != 0 { r.token } else { 0 });
+        if granted && valid_left {
+            let p = &mut s.past;
+            let grant = p.grants;
+            p.token_order_broken |= p.grants > 0 && r.token <= p.last_token;
+            p.grants += 1;
+            p.last_token = r.token;
+            p.took_over |= r.swapped;
+            s.clients[c].doing = Doing::Holding(Hold {
+                value: r.value,
+                token: r.token,
+                grant,
+                left: r.left,
+                version: 1,
+                ext: None,
+                wrote: false,
+            });
+            return;
+        }
+        s.clients[c].doing = Doing::Idle;
+        if !r.only_reads {
+            // Released on every node that may hold it: those that granted or did not answer
+            // (one that answered otherwise did not take this fresh value; the real client
+            // sends it there too, where it changes nothing).
+            let refused = r.replied & !r.acks;
+            self.send_releases(s, r.value, refused);
+        }
+    }
+
+    /// `lease::judge_extension`.
+    fn decide_extension(&self, s: &mut LeaseState, c: usize) {
+        let needed = self.needed();
+        let nodes = self.nodes;
+        if let Doing::Holding(h) = &mut s.clients[c].doing {
+            let Some(e) = h.ext.take() else {
+                return;
+            };
+            if e.rejected.count_ones() as usize > nodes - needed {
+                h.left = 0; // conflict: the lease is lost
+            } else if e.applied.count_ones() as usize >= needed && h.left > 0 {
+                h.left = e.left;
+                s.past.extended = true;
+            }
+        }
+    }
+
+    fn observe(&self, s: &mut LeaseState, c: usize, n: usize, run: u8, key: Option<Key>) {
+        let w = &mut s.clients[c].watch[n];
+        match w {
+            Some(old) if old.run == run && old.key == key => {}
+            _ => *w = Some(Watched { run, key, age: 0 }),
+        }
+    }
+
+    fn deliver(&self, s: &mut LeaseState, m: Msg, hear: bool) {
+        match m {
+            Msg::Write { grant, token } => {
+                let applied = if self.bug == Some(Bug::FencingOff) {
+                    true
+                } else {
+                    fenced_set(&mut s.resource, token)
+                };
+                let p = &mut s.past;
+                if applied {
+                    p.stale_accepted |= p.last_accepted.is_some_and(|last| grant < last);
+                    p.last_accepted = Some(p.last_accepted.map_or(grant, |l| l.max(grant)));
+                } else {
+                    p.refused = true;
+                }
+            }
+            Msg::Release { node, value } => {
+                let n = &mut s.nodes[node as usize];
+                if n.up {
+                    lock_release(&mut n.data, value);
+                }
+            }
+            Msg::Acquire {
+                client,
+                node,
+                value,
+                token,
+                ask,
+                expect,
+                conn,
+                ..
+            } => {
+                let nd = &mut s.nodes[node as usize];
+                if !nd.up {
+                    return;
+                }
+                let g = lock_acquire(&mut nd.data, value, token, expect, ask);
+                if !hear {
+                    return;
+                }
+                let c = client as usize;
+                let Doing::Acquiring(mut r) = s.clients[c].doing else {
+                    return;
+                };
+                if r.value != value || r.replied & (1 << node) != 0 {
+                    return; // an older round's reply, or one given up
+                }
+                r.replied |= 1 << node;
+                let known = &mut s.clients[c].known;
+                *known = (*known).max(g.fence);
+                match g.status {
+                    Status::Granted => {
+                        r.acks |= 1 << node;
+                        r.swapped |= matches!(ask, Ask::Swap { .. });
+                        s.clients[c].watch[node as usize] = None;
+                    }
+                    Status::Refused => s.clients[c].watch[node as usize] = None,
+                    Status::NotAsExpected | Status::TokenLow => {
+                        self.observe(s, c, node as usize, conn, g.key)
+                    }
+                }
+                s.clients[c].doing = Doing::Acquiring(r);
+            }
+            Msg::Extend {
+                client,
+                node,
+                value,
+                version,
+                token,
+                expect,
+                ..
+            } => {
+                let nd = &mut s.nodes[node as usize];
+                if !nd.up {
+                    return;
+                }
+                let status = lock_extend(&mut nd.data, value, version, token, expect);
+                if !hear {
+                    return;
+                }
+                if let Doing::Holding(h) = &mut s.clients[client as usize].doing {
+                    let current = h.value == value && h.version == version;
+                    if let Some(e) = h.ext.as_mut().filter(|_| current) {
+                        if e.replied & (1 << node) == 0 {
+                            e.replied |= 1 << node;
+                            match status {
+                                1 | 2 => e.applied |= 1 << node,
+                                -1 => {}
+                                _ => e.rejected |= 1 << node,
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Model for LeaseModel {
+    type State = LeaseState;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<LeaseState> {
+        vec![LeaseState {
+            nodes: vec![
+                Node {
+                    data: Data {
+                        key: None,
+                        fence: 0,
+                        floor: 0,
+                        marker: Some(0),
+                    },
+                    run: 0,
+                    up: true,
+                };
+                self.nodes
+            ],
+            clients: vec![
+                Client {
+                    known: 0,
+                    watch: vec![None; self.nodes],
+                    doing: Doing::Idle,
+                };
+                self.clients
+            ],
+            net: Vec::new(),
+            resource: 0,
+            past: Past::default(),
+            rounds: 0,
+            extensions: 0,
+            losses: 0,
+            crashes: 0,
+            wipes: 0,
+        }]
+    }
+
+    fn actions(&self, s: &LeaseState, out: &mut Vec<Action>) {
+        out.push(Action::Tick);
+        for (c, client) in s.clients.iter().enumerate() {
+            let c = c as u8;
+            match client.doing {
+                Doing::Idle if s.rounds < self.rounds => out.push(Action::Round(c)),
+                Doing::Idle => {}
+                Doing::Acquiring(r) => {
+                    if r.acks.count_ones() as usize >= self.needed()
+                        || !self.pending(s, c, r.value, r.replied)
+                    {
+                        out.push(Action::Decide(c));
+                    } else if s.losses < self.losses {
+                        out.push(Action::Timeout(c));
+                    }
+                }
+                Doing::Holding(h) => {
+                    let valid = h.left > 0;
+                    match h.ext {
+                        Some(e) => {
+                            if e.applied.count_ones() as usize >= self.needed()
+                                || e.rejected.count_ones() as usize > self.nodes - self.needed()
+                                || !self.pending(s, c, h.version, e.replied)
+                            {
+                                out.push(Action::Decide(c));
+                            } else if s.losses < self.losses {
+                                out.push(Action::Timeout(c));
+                            }
+                        }
+                        None if valid && s.extensions < self.extensions => {
+                            out.push(Action::Extend(c))
+                        }
+                        None => {}
+                    }
+                    if valid && !h.wrote {
+                        out.push(Action::Write(c));
+                    }
+                    out.push(Action::Release(c));
+                }
+            }
+        }
+        let mut last: Option<&Msg> = None;
+        for m in &s.net {
+            if last == Some(m) {
+                continue;
+            }
+            last = Some(m);
+            out.push(Action::Deliver(*m));
+            if s.losses < self.losses {
+                out.push(Action::Lose(*m));
+                if matches!(m, Msg::Acquire { .. } | Msg::Extend { .. }) {
+                    out.push(Action::DeliverLosingReply(*m));
+                }
+            }
+        }
+        for (n, node) in s.nodes.iter().enumerate() {
+            let n8 = n as u8;
+            if node.up && s.crashes < self.crashes {
+                out.push(Action::Crash(n8));
+            }
+            if !node.up {
+                out.push(Action::Restart(n8));
+            }
+            if node.up && s.wipes < self.wipes {
+                out.push(Action::Wipe(n8));
+            }
+            if self.quarantine() && node.up && !node.verified() {
+                let others: Vec<usize> = (0..self.nodes)
+                    .filter(|&o| o != n && s.nodes[o].verified())
+                    .collect();
+                for mask in 0u32..(1 << others.len()) {
+                    if mask.count_ones() as usize != self.needed() {
+                        continue;
+                    }
+                    let from = others
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask & (1 << i) != 0)
+                        .fold(0u8, |acc, (_, &o)| acc | (1 << o));
+                    out.push(Action::Repair(n8, from));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, s: &LeaseState, action: Action) -> Option<LeaseState> {
+        let mut s = s.clone();
+        match action {
+            Action::Tick => {
+                let window = self.window();
+                for client in s.clients.iter_mut() {
+                    for w in client.watch.iter_mut().flatten() {
+                        w.age = (w.age + 1).min(window);
+                    }
+                    match &mut client.doing {
+                        Doing::Idle => {}
+                        Doing::Acquiring(r) => r.left = r.left.saturating_sub(1),
+                        Doing::Holding(h) => {
+                            h.left = h.left.saturating_sub(1);
+                            if let Some(e) = h.ext.as_mut() {
+                                e.left = e.left.saturating_sub(1);
+                            }
+                        }
+                    }
+                }
+            }
+            Action::Round(c) => self.start_round(&mut s, c as usize),
+            Action::Extend(c) => {
+                let c = c as usize;
+                let quarantine = self.quarantine();
+                s.extensions += 1;
+                let client = &mut s.clients[c];
+                let Doing::Holding(h) = &mut client.doing else {
+                    return None;
+                };
+                h.version += 1;
+                h.ext = Some(ExtRound {
+                    left: self.validity(),
+                    applied: 0,
+                    rejected: 0,
+                    replied: 0,
+                });
+                let (value, version, token) = (h.value, h.version, h.token);
+                for (n, node) in s.nodes.iter().enumerate() {
+                    if !node.up || (quarantine && !node.verified()) {
+                        continue;
+                    }
+                    s.net.push(Msg::Extend {
+                        client: c as u8,
+                        node: n as u8,
+                        value,
+                        version,
+                        token,
+                        expect: quarantine.then_some(node.run),
+                        wiped: 0,
+                    });
+                }
+                s.net.sort();
+            }
+            Action::Decide(c) | Action::Timeout(c) => {
+                if matches!(action, Action::Timeout(_)) {
+                    s.losses += 1;
+                }
+                let c = c as usize;
+                match s.clients[c].doing {
+                    Doing::Acquiring(r) => self.decide_acquisition(&mut s, c, r),
+                    Doing::Holding(_) => self.decide_extension(&mut s, c),
+                    Doing::Idle => return None,
+                }
+            }
+            Action::Write(c) => {
+                let Doing::Holding(h) = &mut s.clients[c as usize].doing else {
+                    return None;
+                };
+                h.wrote = true;
+                let m = Msg::Write {
+                    grant: h.grant,
+                    token: h.token,
+                };
+                s.net.push(m);
+                s.net.sort();
+            }
+            Action::Release(c) => {
+                let Doing::Holding(h) = s.clients[c as usize].doing else {
+                    return None;
+                };
+                s.clients[c as usize].doing = Doing::Idle;
+                self.send_releases(&mut s, h.value, 0);
+            }
+            Action::Deliver(m) | Action::DeliverLosingReply(m) => {
+                remove(&mut s.net, &m);
+                let hear = matches!(action, Action::Deliver(_));
+                if !hear {
+                    s.losses += 1;
+                }
+                self.deliver(&mut s, m, hear);
+            }
+            Action::Lose(m) => {
+                remove(&mut s.net, &m);
+                s.losses += 1;
+            }
+            Action::Crash(n) => {
+                s.nodes[n as usize].up = false;
+                s.crashes += 1;
+                s.net.retain(|m| m.node() != Some(n));
+            }
+            Action::Restart(n) => {
+                let node = &mut s.nodes[n as usize];
+                node.up = true;
+                node.run += 1;
+                if !self.quarantine() {
+                    node.data.marker = Some(node.run);
+                }
+            }
+            Action::Wipe(n) => {
+                let node = &mut s.nodes[n as usize];
+                node.up = true;
+                node.run += 1;
+                node.data = Data {
+                    key: None,
+                    fence: 0,
+                    floor: 0,
+                    marker: (!self.quarantine()).then_some(node.run),
+                };
+                s.wipes += 1;
+                s.net.retain(|m| m.node() != Some(n));
+                for m in s.net.iter_mut() {
+                    if let Some(w) = m.wiped_mut() {
+                        *w |= 1 << n;
+                    }
+                }
+                s.net.sort();
+            }
+            Action::Repair(n, from) => {
+                // Requests in flight since the wipe: their clients gave them up (a client
+                // counts a reply only within its node timeout, which the repair waited).
+                let mut given_up = Vec::new();
+                for m in s.net.iter_mut() {
+                    let bit = 1 << n;
+                    match m {
+                        Msg::Acquire {
+                            client,
+                            node,
+                            value,
+                            wiped,
+                            ..
+                        } if *wiped & bit != 0 => {
+                            *wiped &= !bit;
+                            given_up.push((*client, *node, *value, None));
+                        }
+                        Msg::Extend {
+                            client,
+                            node,
+                            value,
+                            version,
+                            wiped,
+                            ..
+                        } if *wiped & bit != 0 => {
+                            *wiped &= !bit;
+                            given_up.push((*client, *node, *value, Some(*version)));
+                        }
+                        _ => {}
+                    }
+                }
+                s.net.sort();
+                for (client, node, value, version) in given_up {
+                    match &mut s.clients[client as usize].doing {
+                        Doing::Acquiring(r) if version.is_none() && r.value == value => {
+                            r.replied |= 1 << node
+                        }
+                        Doing::Holding(h) if h.value == value && Some(h.version) == version => {
+                            if let Some(e) = h.ext.as_mut() {
+                                e.replied |= 1 << node
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let read: Vec<Data> = (0..self.nodes)
+                    .filter(|o| from & (1 << o) != 0)
+                    .map(|o| s.nodes[o].data)
+                    .collect();
+                // `raise.lua` on every register a source holds (the fence key, the floor),
+                // then `restore.lua` for the newest lease copy (highest token, then version).
+                let fence = read.iter().map(|d| d.fence).max().unwrap_or(0);
+                let floor = read.iter().map(|d| d.floor).max().unwrap_or(0);
+                let newest = read
+                    .iter()
+                    .filter_map(|d| d.key)
+                    .max_by_key(|k| (k.token, k.version));
+                let node = &mut s.nodes[n as usize];
+                node.data.fence = node.data.fence.max(fence);
+                node.data.floor = node.data.floor.max(floor);
+                if let Some(copy) = newest {
+                    restore_lease(&mut node.data, copy);
+                }
+                node.data.marker = Some(node.run);
+                s.past.repaired = true;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut v = vec![
+            Property::always("at most one valid holder", |_, s: &LeaseState| {
+                s.clients
+                    .iter()
+                    .filter(|c| matches!(c.doing, Doing::Holding(h) if h.left > 0))
+                    .count()
+                    <= 1
+            }),
+            Property::always("tokens increase with real time", |_, s: &LeaseState| {
+                !s.past.token_order_broken
+            }),
+            Property::always("no stale fenced write accepted", |_, s: &LeaseState| {
+                !s.past.stale_accepted
+            }),
+            Property::sometimes("a lease is granted", |_, s: &LeaseState| s.past.grants > 0),
+        ];
+        // Witnesses that the bounds exercise what they are meant to (a model that cannot
+        // reach them would pass vacuously).
+        if self.rounds >= 3 {
+            // One round to see the holder's key, one to swap it.
+            v.push(Property::sometimes(
+                "a lease is taken over",
+                |_, s: &LeaseState| s.past.took_over,
+            ));
+            v.push(Property::sometimes(
+                "a stale write is refused",
+                |_, s: &LeaseState| s.past.refused,
+            ));
+        }
+        if self.extensions > 0 {
+            v.push(Property::sometimes(
+                "a lease is extended",
+                |_, s: &LeaseState| s.past.extended,
+            ));
+        }
+        if self.crashes + self.wipes > 0 && self.quarantine() {
+            v.push(Property::sometimes(
+                "a node is repaired",
+                |_, s: &LeaseState| s.past.repaired,
+            ));
+        }
+        v
+    }
+}
+
+fn remap_mask(mask: u8, node: &[usize]) -> u8 {
+    (0..node.len())
+        .filter(|&i| mask & (1 << i) != 0)
+        .fold(0, |acc, i| acc | (1 << node[i]))
+}
+
+impl LeaseState {
+    /// The same state with node `i` renamed `node[i]` and client `j` renamed `client[j]`.
+    fn renamed(&self, node: &[usize], client: &[usize]) -> LeaseState {
+        let mut s = self.clone();
+        for (i, n) in self.nodes.iter().enumerate() {
+            s.nodes[node[i]] = *n;
+        }
+        for (j, c) in self.clients.iter().enumerate() {
+            let mut c = c.clone();
+            for (i, w) in self.clients[j].watch.iter().enumerate() {
+                c.watch[node[i]] = *w;
+            }
+            match &mut c.doing {
+                Doing::Idle => {}
+                Doing::Acquiring(r) => {
+                    r.acks = remap_mask(r.acks, node);
+                    r.replied = remap_mask(r.replied, node);
+                }
+                Doing::Holding(h) => {
+                    if let Some(e) = h.ext.as_mut() {
+                        e.applied = remap_mask(e.applied, node);
+                        e.rejected = remap_mask(e.rejected, node);
+                        e.replied = remap_mask(e.replied, node);
+                    }
+                }
+            }
+            s.clients[client[j]] = c;
+        }
+        for m in s.net.iter_mut() {
+            match m {
+                Msg::Acquire {
+                    client: c,
+                    node: n,
+                    wiped,
+                    ..
+                }
+                | Msg::Extend {
+                    client: c,
+                    node: n,
+                    wiped,
+                    ..
+                } => {
+                    *c = client[*c as usize] as u8;
+                    *n = node[*n as usize] as u8;
+                    *wiped = remap_mask(*wiped, node);
+                }
+                Msg::Release { node: n, .. } => *n = node[*n as usize] as u8,
+                Msg::Write { .. } => {}
+            }
+        }
+        s.net.sort();
+        s
+    }
+}
+
+/// Nodes are interchangeable, and so are clients (values and tokens are global): the
+/// representative renames them in the order of their own state (ties keep their order), so
+/// the checker visits states that differ only by such a renaming once. (Any member of the
+/// class is a sound representative; this one is cheap, and sorts most classes alike.)
+impl Representative for LeaseState {
+    fn representative(&self) -> Self {
+        let mut by_node: Vec<usize> = (0..self.nodes.len()).collect();
+        by_node.sort_by_key(|&i| {
+            (
+                self.nodes[i],
+                self.clients.iter().map(|c| c.watch[i]).collect::<Vec<_>>(),
+            )
+        });
+        let mut node = vec![0; by_node.len()];
+        for (rank, &i) in by_node.iter().enumerate() {
+            node[i] = rank;
+        }
+        let mut by_client: Vec<usize> = (0..self.clients.len()).collect();
+        by_client.sort_by_key(|&j| (self.clients[j].doing, self.clients[j].known));
+        let mut client = vec![0; by_client.len()];
+        for (rank, &j) in by_client.iter().enumerate() {
+            client[j] = rank;
+        }
+        self.renamed(&node, &client)
+    }
+}

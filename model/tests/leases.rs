@@ -1,0 +1,109 @@
+//! The fenced lease passes every property within its CI bounds, and every planted bug yields a
+//! counterexample, printed as a readable trace.
+
+use redquorum_model::leases::{Bug, LeaseModel};
+use redquorum_model::{check_symmetric, find, Report};
+
+fn print(what: &str, r: &Report) {
+    println!(
+        "{what}: {} states ({} distinct) in {:.1} s",
+        r.states,
+        r.unique,
+        r.elapsed.as_secs_f64()
+    );
+    for (name, trace) in &r.failed {
+        println!("  {name}:\n{trace}");
+    }
+}
+
+fn passes(what: &str, model: LeaseModel) {
+    let r = check_symmetric(model, 2, None);
+    print(what, &r);
+    assert!(r.complete, "{what}: the exploration stopped before its end");
+    assert!(
+        r.failed.is_empty(),
+        "{what}: the lease broke a property (or a `sometimes` was never reached): {:#?}",
+        r.failed
+    );
+}
+
+#[test]
+fn a_lease_is_taken_over_only_after_its_holder_stopped_and_stale_writes_are_refused() {
+    passes("leases, takeover", LeaseModel::ci_takeover());
+}
+
+#[test]
+fn leases_stay_exclusive_under_lost_messages_and_extensions() {
+    passes("leases, network", LeaseModel::ci_network());
+}
+
+#[test]
+fn leases_stay_exclusive_when_a_node_restarts_or_is_wiped_and_repaired() {
+    passes("leases, amnesia", LeaseModel::ci_amnesia());
+}
+
+fn counterexample(model: LeaseModel, bug: Bug, property: &'static str) {
+    let r = find(model.with_bug(bug), 2, property);
+    println!(
+        "leases with {bug:?}: {} states ({} distinct) in {:.1} s; {property}:\n{}",
+        r.states,
+        r.unique,
+        r.elapsed.as_secs_f64(),
+        r.counterexample(property).unwrap_or("  (not found)\n")
+    );
+    let trace = r.counterexample(property).unwrap_or_else(|| {
+        panic!(
+            "{bug:?}: no counterexample to {property:?} found in {} states",
+            r.unique
+        )
+    });
+    assert!(
+        trace.contains("starts an acquisition round") && trace.contains("decides its round"),
+        "unreadable trace:\n{trace}"
+    );
+}
+
+#[test]
+fn a_takeover_without_waiting_the_lease_time_yields_two_valid_holders() {
+    counterexample(
+        LeaseModel::ci_takeover(),
+        Bug::TakeoverWithoutWait,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn no_drift_margin_yields_two_valid_holders() {
+    counterexample(
+        LeaseModel::ci_takeover(),
+        Bug::NoDriftMargin,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn a_wiped_node_without_quarantine_yields_two_valid_holders() {
+    counterexample(
+        LeaseModel::ci_amnesia(),
+        Bug::NoQuarantine,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn a_resource_without_fencing_accepts_a_stale_write() {
+    counterexample(
+        LeaseModel::ci_takeover(),
+        Bug::FencingOff,
+        "no stale fenced write accepted",
+    );
+}
+
+#[test]
+fn a_quorum_of_half_the_nodes_yields_two_valid_holders() {
+    counterexample(
+        LeaseModel::ci_network(),
+        Bug::QuorumHalf,
+        "at most one valid holder",
+    );
+}
