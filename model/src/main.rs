@@ -42,8 +42,23 @@ impl Args {
     }
 }
 
+const USAGE: &str = "\
+rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
+         [--bug quorum-half|no-quarantine|repair-without-wait]
+rq-model leases [--network | --amnesia | --deep] [--clients N] [--rounds N] [--extensions N]
+         [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half]
+common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
+         [--shortest]   (breadth-first, shortest traces; the default is depth-first with
+                         symmetry reduction: each class of renamed nodes and clients once)
+Exit codes: 0 every property held; 1 a property failed (its trace is printed); 2 bad arguments.
+";
+
 fn main() -> ExitCode {
     let args = Args(std::env::args().skip(1).collect());
+    if args.flag("--help") || args.flag("-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let threads = args.value("--threads").unwrap_or(2) as usize;
     let max_states = args.value("--max-states").map(|n| n as usize);
     let model = args.0.first().map(String::as_str).unwrap_or("ids");
