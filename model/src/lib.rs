@@ -11,6 +11,7 @@
 
 pub mod ids;
 pub mod leases;
+pub mod views;
 
 use std::fmt::Debug;
 use std::hash::Hash;
