@@ -5,17 +5,19 @@
 //!          [--bug quorum-half|no-quarantine|repair-without-wait]
 //! rq-model leases [--network | --amnesia | --deep] [--clients N] [--rounds N] [--extensions N]
 //!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half]
+//! rq-model views [--crash | --amnesia | --planted | --deep]
+//!          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 //! common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
 //!          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
 //!                          symmetry reduction: each class of renamed nodes and clients once)
 //! ```
-//! The CI bounds for the network (or for node faults with `--amnesia`), larger ones with
-//! `--deep`, or any bound set by hand. Exit code 0: every property held; 1: a property failed
+//! The CI bounds (each model has several sets), larger ones with `--deep`, or any bound set
+//! by hand (`--losses` and the like apply to ids and leases; views take their sets as given). Exit code 0: every property held; 1: a property failed
 //! (its trace is printed); 2: bad arguments.
 
 use std::process::ExitCode;
 
-use redquorum_model::{check_at_most, check_symmetric, ids, leases, Report};
+use redquorum_model::{check_at_most, check_symmetric, ids, leases, views, Report};
 
 struct Args(Vec<String>);
 
@@ -47,6 +49,8 @@ rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
          [--bug quorum-half|no-quarantine|repair-without-wait]
 rq-model leases [--network | --amnesia | --deep] [--clients N] [--rounds N] [--extensions N]
          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half]
+rq-model views [--crash | --amnesia | --planted | --deep]
+         [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
                          symmetry reduction: each class of renamed nodes and clients once)
@@ -101,7 +105,37 @@ fn main() -> ExitCode {
             };
             (format!("leases ({bounds})"), r)
         }
-        _ => {
+        "views" => {
+            let mut m = if args.flag("--deep") {
+                views::ViewModel::deep()
+            } else if args.flag("--amnesia") {
+                views::ViewModel::ci_amnesia()
+            } else if args.flag("--crash") {
+                views::ViewModel::ci_crash()
+            } else if args.flag("--planted") {
+                views::ViewModel::planted()
+            } else {
+                views::ViewModel::ci()
+            };
+            m.bug = match args.text("--bug") {
+                None => None,
+                Some("barrier-off") => Some(views::Bug::BarrierOff),
+                Some("forkable-register") => Some(views::Bug::ForkableRegister),
+                Some("no-write-back") => Some(views::Bug::NoWriteBack),
+                Some("validity-beyond-window") => Some(views::Bug::ValidityBeyondWindow),
+                Some(b) => {
+                    eprintln!("rq-model: unknown view bug {b:?}: barrier-off, forkable-register, no-write-back or validity-beyond-window");
+                    return ExitCode::from(2);
+                }
+            };
+            let bounds = format!("{m:?}");
+            (
+                format!("views ({bounds})"),
+                check_at_most(m, threads, max_states),
+            )
+        }
+        "ids" | "--amnesia" | "--deep" | "--threads" | "--calls" | "--rounds" | "--losses"
+        | "--crashes" | "--wipes" | "--block" | "--bug" | "--max-states" | "--shortest" => {
             let mut m = if args.flag("--deep") {
                 ids::IdModel::deep()
             } else if args.flag("--amnesia") {
@@ -132,6 +166,10 @@ fn main() -> ExitCode {
                 check_symmetric(m, threads, max_states)
             };
             (format!("ids ({bounds})"), r)
+        }
+        other => {
+            eprintln!("rq-model: unknown model {other:?}: ids, leases or views\n{USAGE}");
+            return ExitCode::from(2);
         }
     };
     print(&what, &report)

