@@ -483,6 +483,27 @@ async fn bad_lock_input_gets_a_clear_error() {
     let e = Lock::new(&c, "x", Duration::from_millis(1)).expect_err("1 ms TTL");
     assert!(e.to_string().contains("ttl"), "{e}");
     assert!(Lock::new(&c, "x", Duration::from_secs(365 * 86_400)).is_err());
+    // A per-lock node timeout longer than the client's would outlast a repair's wait for
+    // requests in flight (a late grant on a node that a wiped node's repair did not see).
+    let longer = c.config().node_timeout() * 4;
+    let e = Lock::with_options(
+        &c,
+        "x",
+        Duration::from_secs(10),
+        LockOptions::default().with_node_timeout(longer),
+    )
+    .expect_err("a lock node timeout above the client's");
+    assert!(
+        matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("node_timeout"),
+        "the error must name the setting: {e}"
+    );
+    assert!(Lock::with_options(
+        &c,
+        "x",
+        Duration::from_secs(10),
+        LockOptions::default().with_node_timeout(c.config().node_timeout()),
+    )
+    .is_ok());
 }
 
 /// Independent locks do not slow each other down: sixteen clients each cycle their own lock at

@@ -18,8 +18,10 @@
 //! pause), node crash and restart (data kept; the restarted node is quarantined until a repair
 //! marks it, as its run_id changed), node wipe (restarts empty and unmarked), and repair.
 //!
-//! **Time as bounded-drift steps.** Real time is a tick counter that only `Tick` advances, up to
-//! a horizon. A holder's validity runs `validity` ticks from the *send* of its last write a
+//! **Time as bounded-drift steps.** Real time advances only by `Tick`, without a horizon: every
+//! time in the state is relative (ticks of validity left, ticks a value has been watched),
+//! clamped where only a comparison matters, so unbounded time has finitely many states. A
+//! holder's validity runs `validity` ticks from the *send* of its last write a
 //! majority applied; a watcher may swap a held key only after seeing it unchanged for `window`
 //! ticks from the *receipt* of the first reply that showed it. The library's margins
 //! (`src/lease/mod.rs`: validity `ttl - drift`, window `ttl + drift`, drift = 1 % + 2 ms, for

@@ -190,7 +190,9 @@ impl LockOptions {
     }
 
     /// Per-node deadline of lease requests. Default: TTL/10, capped by the client's node
-    /// timeout, at least 2 ms.
+    /// timeout, at least 2 ms. At most the client's node timeout ([`Lock::with_options`]
+    /// refuses more): a repair waits that long for requests in flight before it reads the
+    /// other nodes, so a reply counted later could be a grant the repaired node forgot.
     pub fn with_node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = Some(d.max(Duration::from_millis(1)));
         self
@@ -227,7 +229,8 @@ impl Lock {
     /// A lock with the given options.
     ///
     /// # Errors
-    /// As [`Lock::new`].
+    /// As [`Lock::new`], and [`Error::InvalidArgument`] for a node timeout
+    /// ([`LockOptions::with_node_timeout`]) longer than the client's.
     pub fn with_options(
         client: &Client,
         name: &str,
@@ -251,6 +254,16 @@ impl Lock {
         if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::InvalidArgument(format!(
                 "lock ttl {ttl:?} is outside {MIN_TTL:?}..={MAX_TTL:?}"
+            )));
+        }
+        let limit = client.config().node_timeout();
+        if let Some(d) = options.node_timeout.filter(|d| *d > limit) {
+            // A repair waits the client's node timeout for requests in flight before it reads
+            // the other nodes; a lease reply counted after that could be a grant that a wiped
+            // node lost and the repair did not see (found by the lease model's review).
+            return Err(Error::InvalidArgument(format!(
+                "lock node_timeout {d:?} exceeds the client's node_timeout {limit:?}: a repair \
+                 waits only that long for requests in flight"
             )));
         }
         let node_deadline = options.node_timeout.unwrap_or_else(|| {

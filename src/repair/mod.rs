@@ -170,7 +170,10 @@ impl Client {
         // Settle: a write that the node applied before it lost its data may still be on its
         // way to the other nodes, and a client counts a reply only within its node timeout of
         // sending. Reading the others after that long sees every write a client counted.
-        tokio::time::sleep(inner.config.node_timeout + Duration::from_millis(25)).await;
+        // The margin covers the clients' clock drift (2 % of the timeout, for rates within
+        // 0.5 % on both sides, see `lease::MAX_DRIFT_RATE`) and timer granularity.
+        let settle = inner.config.node_timeout;
+        tokio::time::sleep(settle + settle / 50 + Duration::from_millis(25)).await;
         let census = self.census().await;
         let plan = decide::after_census(
             &adoption,
