@@ -25,6 +25,8 @@ use std::fmt;
 
 use stateright::{Model, Property, Representative};
 
+use crate::symmetry::{ranks, remap_mask};
+
 /// A node's register for one sequence, and whether its marker is the one the clients expect.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Register {
@@ -627,23 +629,6 @@ impl Model for IdModel {
             }),
         ]
     }
-}
-
-fn remap_mask(mask: u8, node: &[usize]) -> u8 {
-    (0..node.len())
-        .filter(|&i| mask & (1 << i) != 0)
-        .fold(0, |acc, i| acc | (1 << node[i]))
-}
-
-/// Ranks: `rank[i]` is the place of `i` when `0..n` is sorted by `key` (ties keep their order).
-fn ranks<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_key(|&i| key(i));
-    let mut rank = vec![0; n];
-    for (r, &i) in order.iter().enumerate() {
-        rank[i] = r;
-    }
-    rank
 }
 
 /// Nodes are interchangeable, and so are clients: the representative renames them in the

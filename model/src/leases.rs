@@ -48,6 +48,8 @@ use std::fmt;
 
 use stateright::{Model, Property, Representative};
 
+use crate::symmetry::{ranks, remap_mask};
+
 /// A lease copy on one node (`rq:lock:<name>`: value, version; the token is part of the value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -342,6 +344,11 @@ impl LeaseModel {
 
     fn quarantine(&self) -> bool {
         self.bug != Some(Bug::NoQuarantine)
+    }
+
+    /// Whether a client sends to `node`: it is up and, under quarantine, verified.
+    fn reachable(&self, node: &Node) -> bool {
+        node.up && (!self.quarantine() || node.verified())
     }
 }
 
@@ -711,7 +718,7 @@ impl LeaseModel {
         });
         for (n, (ask, expect)) in asks.into_iter().enumerate() {
             let node = &s.nodes[n];
-            if !node.up || (self.quarantine() && !node.verified()) {
+            if !self.reachable(node) {
                 continue; // quarantined or unreachable: not asked
             }
             s.net.push(Msg::Acquire {
@@ -1080,7 +1087,7 @@ impl Model for LeaseModel {
                 });
                 let (value, version, token) = (h.value, h.version, h.token);
                 for (n, node) in s.nodes.iter().enumerate() {
-                    if !node.up || (quarantine && !node.verified()) {
+                    if !self.reachable(node) {
                         continue;
                     }
                     s.net.push(Msg::Extend {
@@ -1285,12 +1292,6 @@ impl Model for LeaseModel {
     }
 }
 
-fn remap_mask(mask: u8, node: &[usize]) -> u8 {
-    (0..node.len())
-        .filter(|&i| mask & (1 << i) != 0)
-        .fold(0, |acc, i| acc | (1 << node[i]))
-}
-
 impl LeaseState {
     /// The same state with node `i` renamed `node[i]` and client `j` renamed `client[j]`.
     fn renamed(&self, node: &[usize], client: &[usize]) -> LeaseState {
@@ -1352,23 +1353,15 @@ impl LeaseState {
 /// class is a sound representative; this one is cheap, and sorts most classes alike.)
 impl Representative for LeaseState {
     fn representative(&self) -> Self {
-        let mut by_node: Vec<usize> = (0..self.nodes.len()).collect();
-        by_node.sort_by_key(|&i| {
+        let node = ranks(self.nodes.len(), |i| {
             (
                 self.nodes[i],
                 self.clients.iter().map(|c| c.watch[i]).collect::<Vec<_>>(),
             )
         });
-        let mut node = vec![0; by_node.len()];
-        for (rank, &i) in by_node.iter().enumerate() {
-            node[i] = rank;
-        }
-        let mut by_client: Vec<usize> = (0..self.clients.len()).collect();
-        by_client.sort_by_key(|&j| (self.clients[j].doing, self.clients[j].known));
-        let mut client = vec![0; by_client.len()];
-        for (rank, &j) in by_client.iter().enumerate() {
-            client[j] = rank;
-        }
+        let client = ranks(self.clients.len(), |j| {
+            (self.clients[j].doing, self.clients[j].known)
+        });
         self.renamed(&node, &client)
     }
 }

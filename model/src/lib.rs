@@ -13,6 +13,28 @@ pub mod ids;
 pub mod leases;
 pub mod views;
 
+/// Helpers of the models' symmetry reduction (renaming interchangeable nodes and clients).
+mod symmetry {
+    /// A bit mask of nodes, with node `i` renamed `node[i]`.
+    pub(crate) fn remap_mask(mask: u8, node: &[usize]) -> u8 {
+        (0..node.len())
+            .filter(|&i| mask & (1 << i) != 0)
+            .fold(0, |acc, i| acc | (1 << node[i]))
+    }
+
+    /// Ranks: `rank[i]` is the place of `i` when `0..n` is sorted by `key` (ties keep their
+    /// order). Renaming `i` to `rank[i]` sorts the renamed items by their own state.
+    pub(crate) fn ranks<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| key(i));
+        let mut rank = vec![0; n];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+        }
+        rank
+    }
+}
+
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -35,12 +57,33 @@ pub struct Report {
 }
 
 impl Report {
+    /// `N states (M distinct) in T s`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} states ({} distinct) in {:.1} s",
+            self.states,
+            self.unique,
+            self.elapsed.as_secs_f64()
+        )
+    }
+
     /// The trace of the failed property `name`, if it failed.
     pub fn counterexample(&self, name: &str) -> Option<&str> {
         self.failed
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, t)| t.as_str())
+    }
+}
+
+/// The summary, then every failed property with its trace.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{}", self.summary())?;
+        for (name, trace) in &self.failed {
+            write!(f, "  {name}:\n{trace}")?;
+        }
+        Ok(())
     }
 }
 

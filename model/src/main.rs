@@ -18,6 +18,7 @@
 use std::process::ExitCode;
 
 use redquorum_model::{check_at_most, check_symmetric, ids, leases, views, Report};
+use stateright::{Model, Representative};
 
 struct Args(Vec<String>);
 
@@ -35,6 +36,39 @@ impl Args {
     fn small(&self, flag: &str) -> Option<u8> {
         self.value(flag).map(|v| v.min(u8::MAX as u64) as u8)
     }
+    /// The planted bug named by `--bug`, from `table`; an unknown name is reported (exit 2).
+    fn bug<B: Copy>(&self, kind: &str, table: &[(&str, B)]) -> Result<Option<B>, ExitCode> {
+        let Some(name) = self.text("--bug") else {
+            return Ok(None);
+        };
+        match table.iter().find(|(n, _)| *n == name) {
+            Some((_, b)) => Ok(Some(*b)),
+            None => {
+                let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
+                eprintln!(
+                    "rq-model: unknown {kind} bug {name:?}: {}",
+                    names.join(", ")
+                );
+                Err(ExitCode::from(2))
+            }
+        }
+    }
+
+    /// Depth-first with symmetry reduction, or breadth-first with `--shortest`.
+    fn explore<M>(&self, m: M, threads: usize, max_states: Option<usize>) -> Report
+    where
+        M: Model + Send + Sync + 'static,
+        M::State:
+            std::fmt::Debug + std::hash::Hash + Send + Sync + Clone + PartialEq + Representative,
+        M::Action: std::fmt::Debug + std::fmt::Display + Clone + PartialEq,
+    {
+        if self.flag("--shortest") {
+            check_at_most(m, threads, max_states)
+        } else {
+            check_symmetric(m, threads, max_states)
+        }
+    }
+
     fn text(&self, flag: &str) -> Option<&str> {
         self.0
             .iter()
@@ -85,24 +119,21 @@ fn main() -> ExitCode {
             m.losses = args.small("--losses").unwrap_or(m.losses);
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
-            m.bug = match args.text("--bug") {
-                None => None,
-                Some("takeover-without-wait") => Some(leases::Bug::TakeoverWithoutWait),
-                Some("no-drift-margin") => Some(leases::Bug::NoDriftMargin),
-                Some("no-quarantine") => Some(leases::Bug::NoQuarantine),
-                Some("fencing-off") => Some(leases::Bug::FencingOff),
-                Some("quorum-half") => Some(leases::Bug::QuorumHalf),
-                Some(b) => {
-                    eprintln!("rq-model: unknown lease bug {b:?}: takeover-without-wait, no-drift-margin, no-quarantine, fencing-off or quorum-half");
-                    return ExitCode::from(2);
-                }
+            m.bug = match args.bug(
+                "lease",
+                &[
+                    ("takeover-without-wait", leases::Bug::TakeoverWithoutWait),
+                    ("no-drift-margin", leases::Bug::NoDriftMargin),
+                    ("no-quarantine", leases::Bug::NoQuarantine),
+                    ("fencing-off", leases::Bug::FencingOff),
+                    ("quorum-half", leases::Bug::QuorumHalf),
+                ],
+            ) {
+                Ok(b) => b,
+                Err(code) => return code,
             };
             let bounds = format!("{m:?}");
-            let r = if args.flag("--shortest") {
-                check_at_most(m, threads, max_states)
-            } else {
-                check_symmetric(m, threads, max_states)
-            };
+            let r = args.explore(m, threads, max_states);
             (format!("leases ({bounds})"), r)
         }
         "views" => {
@@ -117,16 +148,17 @@ fn main() -> ExitCode {
             } else {
                 views::ViewModel::ci()
             };
-            m.bug = match args.text("--bug") {
-                None => None,
-                Some("barrier-off") => Some(views::Bug::BarrierOff),
-                Some("forkable-register") => Some(views::Bug::ForkableRegister),
-                Some("no-write-back") => Some(views::Bug::NoWriteBack),
-                Some("validity-beyond-window") => Some(views::Bug::ValidityBeyondWindow),
-                Some(b) => {
-                    eprintln!("rq-model: unknown view bug {b:?}: barrier-off, forkable-register, no-write-back or validity-beyond-window");
-                    return ExitCode::from(2);
-                }
+            m.bug = match args.bug(
+                "view",
+                &[
+                    ("barrier-off", views::Bug::BarrierOff),
+                    ("forkable-register", views::Bug::ForkableRegister),
+                    ("no-write-back", views::Bug::NoWriteBack),
+                    ("validity-beyond-window", views::Bug::ValidityBeyondWindow),
+                ],
+            ) {
+                Ok(b) => b,
+                Err(code) => return code,
             };
             let bounds = format!("{m:?}");
             (
@@ -149,22 +181,19 @@ fn main() -> ExitCode {
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
             m.block = args.value("--block").unwrap_or(m.block).max(1);
-            m.bug = match args.text("--bug") {
-                None => None,
-                Some("quorum-half") => Some(ids::Bug::QuorumHalf),
-                Some("no-quarantine") => Some(ids::Bug::NoQuarantine),
-                Some("repair-without-wait") => Some(ids::Bug::RepairWithoutWait),
-                Some(b) => {
-                    eprintln!("rq-model: unknown ID bug {b:?}: quorum-half, no-quarantine or repair-without-wait");
-                    return ExitCode::from(2);
-                }
+            m.bug = match args.bug(
+                "ID",
+                &[
+                    ("quorum-half", ids::Bug::QuorumHalf),
+                    ("no-quarantine", ids::Bug::NoQuarantine),
+                    ("repair-without-wait", ids::Bug::RepairWithoutWait),
+                ],
+            ) {
+                Ok(b) => b,
+                Err(code) => return code,
             };
             let bounds = format!("{m:?}");
-            let r = if args.flag("--shortest") {
-                check_at_most(m, threads, max_states)
-            } else {
-                check_symmetric(m, threads, max_states)
-            };
+            let r = args.explore(m, threads, max_states);
             (format!("ids ({bounds})"), r)
         }
         other => {
@@ -177,10 +206,8 @@ fn main() -> ExitCode {
 
 fn print(what: &str, r: &Report) -> ExitCode {
     println!(
-        "{what}: {} states ({} distinct) in {:.1} s, {}",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64(),
+        "{what}: {}, {}",
+        r.summary(),
         if r.complete { "complete" } else { "INCOMPLETE" }
     );
     for (name, trace) in &r.failed {

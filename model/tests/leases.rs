@@ -2,23 +2,11 @@
 //! counterexample, printed as a readable trace.
 
 use redquorum_model::leases::{Bug, LeaseModel};
-use redquorum_model::{check_symmetric, find, Report};
-
-fn print(what: &str, r: &Report) {
-    println!(
-        "{what}: {} states ({} distinct) in {:.1} s",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64()
-    );
-    for (name, trace) in &r.failed {
-        println!("  {name}:\n{trace}");
-    }
-}
+use redquorum_model::{check_symmetric, find};
 
 fn passes(what: &str, model: LeaseModel) {
     let r = check_symmetric(model, 2, None);
-    print(what, &r);
+    println!("{what}: {r}");
     assert!(r.complete, "{what}: the exploration stopped before its end");
     assert!(
         r.failed.is_empty(),
@@ -45,10 +33,8 @@ fn leases_stay_exclusive_when_a_node_restarts_or_is_wiped_and_repaired() {
 fn counterexample(model: LeaseModel, bug: Bug, property: &'static str) {
     let r = find(model.with_bug(bug), 2, property);
     println!(
-        "leases with {bug:?}: {} states ({} distinct) in {:.1} s; {property}:\n{}",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64(),
+        "leases with {bug:?}: {}; {property}:\n{}",
+        r.summary(),
         r.counterexample(property).unwrap_or("  (not found)\n")
     );
     let trace = r.counterexample(property).unwrap_or_else(|| {

@@ -1,23 +1,11 @@
 //! Every model passes within its CI bounds, and every planted bug yields a counterexample,
 //! printed as a readable trace.
 
-use redquorum_model::{check_symmetric, find, ids, Report};
-
-fn print(what: &str, r: &Report) {
-    println!(
-        "{what}: {} states ({} distinct) in {:.1} s",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64()
-    );
-    for (name, trace) in &r.failed {
-        println!("  {name}:\n{trace}");
-    }
-}
+use redquorum_model::{check_symmetric, find, ids};
 
 fn passes(model: ids::IdModel) {
     let r = check_symmetric(model, 2, None);
-    print("ids", &r);
+    println!("ids: {r}");
     assert!(r.complete, "the exploration stopped before its end");
     assert!(
         r.failed.is_empty(),
@@ -39,10 +27,8 @@ fn the_id_register_returns_unique_ids_in_real_time_order_when_a_node_is_wiped_an
 fn counterexample(model: ids::IdModel, bug: ids::Bug, property: &'static str) {
     let r = find(model.with_bug(bug), 2, property);
     println!(
-        "ids with {bug:?}: {} states ({} distinct) in {:.1} s; {property}:\n{}",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64(),
+        "ids with {bug:?}: {}; {property}:\n{}",
+        r.summary(),
         r.counterexample(property).unwrap_or("  (not found)\n")
     );
     let trace = r.counterexample(property).unwrap_or_else(|| {

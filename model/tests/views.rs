@@ -2,23 +2,11 @@
 //! bounds, and every planted bug yields a counterexample, printed as a readable trace.
 
 use redquorum_model::views::{Bug, ViewModel, ORDER, OWNERS};
-use redquorum_model::{check, find, Report};
-
-fn print(what: &str, r: &Report) {
-    println!(
-        "{what}: {} states ({} distinct) in {:.1} s",
-        r.states,
-        r.unique,
-        r.elapsed.as_secs_f64()
-    );
-    for (name, trace) in &r.failed {
-        println!("  {name}:\n{trace}");
-    }
-}
+use redquorum_model::{check, find};
 
 fn passes(what: &str, model: ViewModel) {
     let r = check(model, 2);
-    print(what, &r);
+    println!("{what}: {r}");
     assert!(r.complete, "{what}: the exploration stopped before its end");
     assert!(
         r.failed.is_empty(),
@@ -47,7 +35,7 @@ fn a_moved_task_keeps_one_owner_and_views_one_order_when_a_node_is_wiped_and_rep
 /// passing bound sets show that a task does move in the honest model (`MOVED`).
 fn counterexample(bug: Bug, property: &'static str) {
     let r = find(ViewModel::planted().with_bug(bug), 2, property);
-    print(&format!("views with {bug:?}"), &r);
+    println!("views with {bug:?}: {r}");
     let trace = r.counterexample(property).unwrap_or_else(|| {
         panic!(
             "{bug:?}: no counterexample to {property:?} found in {} states",
