@@ -214,6 +214,30 @@ pub fn restore_lease(d: &mut Data, copy: Key) -> bool {
     true
 }
 
+/// The value of a repair's blocker: a lease copy no client holds, so none can release or
+/// extend it; it leaves only by a takeover (a watcher sees it unchanged for the window).
+pub const BLOCKER: u8 = 0;
+
+/// The lease copy a repair restores from the copies its sources hold (`repair::plan`): if
+/// they all hold one value, its newest version; if they hold different values, a blocker
+/// with the highest token, since the wiped node may have granted any of them (and a copy of
+/// the wrong one could be released by a client that never held the lease, freeing the node
+/// for a second holder). `newest` plants the old rule: the highest token, then version.
+pub fn restored_copy(copies: &[Key], newest: bool) -> Option<Key> {
+    let top = copies
+        .iter()
+        .copied()
+        .max_by_key(|k| (k.token, k.version))?;
+    if newest || copies.iter().all(|k| k.value == top.value) {
+        return Some(top);
+    }
+    Some(Key {
+        value: BLOCKER,
+        token: top.token,
+        version: 1,
+    })
+}
+
 /// `fenced_set.lua`: apply a write only if its token is at least the highest seen.
 pub fn fenced_set(highest: &mut u8, token: u8) -> bool {
     if token < *highest {
@@ -237,6 +261,14 @@ pub enum Bug {
     FencingOff,
     /// A quorum of N/2 (at least 1) instead of a majority.
     QuorumHalf,
+    /// The repair marks the node without restoring any lease copy (`restore.lua`).
+    RepairWithoutRestore,
+    /// The repair restores the newest lease copy (highest token, then version) even where
+    /// the sources hold different values (the rule before 2026-11-24): the wiped node may
+    /// have granted the other one.
+    RestoreNewest,
+    /// The repair marks the node without raising its fence key and floor (`raise.lua`).
+    RepairWithoutRaise,
 }
 
 /// The bounds of one exploration.
@@ -300,6 +332,15 @@ impl LeaseModel {
         LeaseModel {
             rounds: 2,
             crashes: 1,
+            wipes: 1,
+            ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// Bounds for a takeover after a repair: 3 acquisition rounds and one wipe (the planted
+    /// repair bugs; a contender needs a round to learn the raised fence and one to win).
+    pub fn ci_repair() -> Self {
+        LeaseModel {
             wipes: 1,
             ..LeaseModel::ci_takeover()
         }
@@ -1229,14 +1270,14 @@ impl Model for LeaseModel {
                 // then `restore.lua` for the newest lease copy (highest token, then version).
                 let fence = read.iter().map(|d| d.fence).max().unwrap_or(0);
                 let floor = read.iter().map(|d| d.floor).max().unwrap_or(0);
-                let newest = read
-                    .iter()
-                    .filter_map(|d| d.key)
-                    .max_by_key(|k| (k.token, k.version));
+                let copies: Vec<Key> = read.iter().filter_map(|d| d.key).collect();
+                let newest = restored_copy(&copies, self.bug == Some(Bug::RestoreNewest));
                 let node = &mut s.nodes[n as usize];
-                node.data.fence = node.data.fence.max(fence);
-                node.data.floor = node.data.floor.max(floor);
-                if let Some(copy) = newest {
+                if self.bug != Some(Bug::RepairWithoutRaise) {
+                    node.data.fence = node.data.fence.max(fence);
+                    node.data.floor = node.data.floor.max(floor);
+                }
+                if let Some(copy) = newest.filter(|_| self.bug != Some(Bug::RepairWithoutRestore)) {
                     restore_lease(&mut node.data, copy);
                 }
                 node.data.marker = Some(node.run);

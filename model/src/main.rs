@@ -3,8 +3,9 @@
 //! ```text
 //! rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
 //!          [--bug quorum-half|no-quarantine|repair-without-wait]
-//! rq-model leases [--network | --amnesia | --deep] [--clients N] [--rounds N] [--extensions N]
-//!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half]
+//! rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N] [--extensions N]
+//!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
+//!          repair-without-restore|repair-without-raise|restore-newest]
 //! rq-model views [--crash | --amnesia | --planted | --deep]
 //!          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 //! common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
@@ -81,8 +82,9 @@ impl Args {
 const USAGE: &str = "\
 rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
          [--bug quorum-half|no-quarantine|repair-without-wait]
-rq-model leases [--network | --amnesia | --deep] [--clients N] [--rounds N] [--extensions N]
-         [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half]
+rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N] [--extensions N]
+         [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
+                repair-without-restore|repair-without-raise|restore-newest]
 rq-model views [--crash | --amnesia | --planted | --deep]
          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
@@ -106,6 +108,8 @@ fn main() -> ExitCode {
                 leases::LeaseModel::deep()
             } else if args.flag("--amnesia") {
                 leases::LeaseModel::ci_amnesia()
+            } else if args.flag("--repair") {
+                leases::LeaseModel::ci_repair()
             } else if args.flag("--network") {
                 leases::LeaseModel::ci_network()
             } else {
@@ -127,6 +131,9 @@ fn main() -> ExitCode {
                     ("no-quarantine", leases::Bug::NoQuarantine),
                     ("fencing-off", leases::Bug::FencingOff),
                     ("quorum-half", leases::Bug::QuorumHalf),
+                    ("repair-without-restore", leases::Bug::RepairWithoutRestore),
+                    ("repair-without-raise", leases::Bug::RepairWithoutRaise),
+                    ("restore-newest", leases::Bug::RestoreNewest),
                 ],
             ) {
                 Ok(b) => b,

@@ -2,7 +2,7 @@
 //! counterexample, printed as a readable trace.
 
 use redquorum_model::leases::{Bug, LeaseModel};
-use redquorum_model::{check_symmetric, find};
+use redquorum_model::{check_symmetric, find, find_symmetric};
 
 fn passes(what: &str, model: LeaseModel) {
     let r = check_symmetric(model, 2, None);
@@ -30,8 +30,22 @@ fn leases_stay_exclusive_when_a_node_restarts_or_is_wiped_and_repaired() {
     passes("leases, amnesia", LeaseModel::ci_amnesia());
 }
 
+/// Breadth-first: the shortest counterexample.
 fn counterexample(model: LeaseModel, bug: Bug, property: &'static str) {
-    let r = find(model.with_bug(bug), 2, property);
+    shows(bug, property, find(model.with_bug(bug), 2, property));
+}
+
+/// Depth-first with symmetry reduction: for counterexamples that lie too deep for a
+/// breadth-first search in CI (a takeover after a repair); the trace is not the shortest.
+fn deep_counterexample(model: LeaseModel, bug: Bug, property: &'static str) {
+    shows(
+        bug,
+        property,
+        find_symmetric(model.with_bug(bug), 2, property),
+    );
+}
+
+fn shows(bug: Bug, property: &'static str, r: redquorum_model::Report) {
     println!(
         "leases with {bug:?}: {}; {property}:\n{}",
         r.summary(),
@@ -90,6 +104,33 @@ fn a_quorum_of_half_the_nodes_yields_two_valid_holders() {
     counterexample(
         LeaseModel::ci_network(),
         Bug::QuorumHalf,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn a_repair_that_does_not_raise_the_fence_lets_a_token_be_minted_twice() {
+    deep_counterexample(
+        LeaseModel::ci_amnesia(),
+        Bug::RepairWithoutRaise,
+        "no stale fenced write accepted",
+    );
+}
+
+#[test]
+fn a_repair_that_does_not_restore_the_lease_copy_yields_two_valid_holders() {
+    deep_counterexample(
+        LeaseModel::ci_repair(),
+        Bug::RepairWithoutRestore,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn a_repair_that_restores_the_newest_of_two_different_copies_yields_two_valid_holders() {
+    deep_counterexample(
+        LeaseModel::ci_repair(),
+        Bug::RestoreNewest,
         "at most one valid holder",
     );
 }

@@ -53,6 +53,9 @@ pub struct Config {
     pub(crate) lost_replies_counted: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
     pub(crate) floor_recheck: bool,
+    /// Repair restores the newest lease copy even where its sources disagree on the holder
+    /// (test switch; the safe rule restores a blocker there).
+    pub(crate) newest_lease_restore: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
 }
@@ -104,6 +107,7 @@ impl Config {
             takeover_wait: true,
             lost_replies_counted: false,
             floor_recheck: true,
+            newest_lease_restore: false,
             cluster_identity: true,
             cluster_pin: None,
         })
@@ -188,6 +192,16 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;
+        self
+    }
+
+    /// TEST ONLY: a repair restores the newest copy of a lease (highest token) even where its
+    /// sources hold different holders' copies, the rule before 2026-11-24, so a test can show
+    /// the two holders it admits when a contender that never held the lease releases the
+    /// restored copy. Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn with_newest_lease_restore_for_tests(mut self) -> Self {
+        self.newest_lease_restore = true;
         self
     }
 
@@ -369,6 +383,9 @@ impl Config {
         }
         if !self.takeover_wait {
             out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());
+        }
+        if self.newest_lease_restore {
+            out.push("a repair restores the newest lease copy where its sources disagree (test-only switch): a wiped node can admit two holders".into());
         }
         if self.server_clock_leases {
             out.push("leases expire on the nodes' wall clocks (test-only switch): one node's clock step or lost copy can admit two holders".into());

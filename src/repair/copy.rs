@@ -271,6 +271,7 @@ impl Client {
         let plan = Arc::new(plan(
             &read.values().collect::<Vec<_>>(),
             self.inner.config.server_clock_leases,
+            self.inner.config.newest_lease_restore,
         ));
         if let Some(key) = plan.ambiguous.first() {
             return Err(format!(

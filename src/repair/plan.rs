@@ -1,6 +1,7 @@
 //! What a copy writes, decided purely from what the sources hold: each key's kind (from its
 //! prefix), the merge of one page as read from every source (the highest register, the newest
-//! view unless it has a sibling, the newest lease copy, each hash field's highest value).
+//! view unless it has a sibling, the newest lease copy or a blocker where the sources disagree
+//! on the holder, each hash field's highest value).
 //! No I/O; unit-tested.
 
 use std::collections::BTreeMap;
@@ -117,7 +118,8 @@ pub(crate) struct Plan {
     /// same base): which of the two a majority adopted may have been decided on the target
     /// alone, so the copy must wait until a later seal moves the chain past both.
     pub(crate) ambiguous: Vec<String>,
-    /// Per lease key the newest copy (highest token, then highest version).
+    /// Per lease key the copy to restore: the newest version if the sources agree on the
+    /// holder, otherwise a blocker ([`restored_copy`]).
     pub(crate) leases: BTreeMap<String, LeaseCopy>,
     /// Per hash field the highest value (or any, for beats).
     pub(crate) hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)>,
@@ -133,11 +135,16 @@ impl Plan {
 }
 
 /// Merge what the sources hold. `server_clock_leases` is the TEST-ONLY unsafe mode in which a
-/// lost lease copy or beat stays lost.
-pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
+/// lost lease copy or beat stays lost; `newest_lease_restore` the TEST-ONLY unsafe rule of
+/// [`restored_copy`].
+pub(crate) fn plan(
+    sources: &[&Holdings],
+    server_clock_leases: bool,
+    newest_lease_restore: bool,
+) -> Plan {
     let mut registers: BTreeMap<String, u64> = BTreeMap::new();
     let mut all_views: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
-    let mut leases: BTreeMap<String, LeaseCopy> = BTreeMap::new();
+    let mut all_leases: BTreeMap<String, Vec<LeaseCopy>> = BTreeMap::new();
     let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
     for h in sources {
         for (k, v) in &h.registers {
@@ -154,12 +161,7 @@ pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
             continue;
         }
         for (k, copy) in &h.leases {
-            let newer = leases
-                .get(k)
-                .is_none_or(|old| (lease_token(&copy.0), copy.1) > (lease_token(&old.0), old.1));
-            if newer {
-                leases.insert(k.clone(), copy.clone());
-            }
+            all_leases.entry(k.clone()).or_default().push(copy.clone());
         }
     }
     for h in sources {
@@ -195,9 +197,40 @@ pub(crate) fn plan(sources: &[&Holdings], server_clock_leases: bool) -> Plan {
             .into_iter()
             .filter_map(|(k, vs)| vs.into_iter().next_back().map(|(t, v)| (k, (t, v))))
             .collect(),
-        leases,
+        leases: all_leases
+            .into_iter()
+            .filter_map(|(k, copies)| restored_copy(&copies, newest_lease_restore).map(|c| (k, c)))
+            .collect(),
         hashes,
     }
+}
+
+/// The holder part of a repair's blocker (see [`restored_copy`]), shown by `Lock::holder`.
+pub(crate) const BLOCKER_HOLDER: &str =
+    "unknown: restored by a repair whose sources held different holders";
+
+/// The lease copy a repair restores from the copies its sources hold of one lease key.
+///
+/// If they all hold one value: its newest version. If they hold different values, the lost
+/// node may have granted any of them (two contenders can even propose the same token), and a
+/// copy of the wrong one could be released by its owner, who never held the lease, freeing
+/// the node for a second holder beside the one whose grant was lost. So the node gets a
+/// *blocker* instead: a value no client holds, with the highest token and lease time among
+/// the copies. No client releases or extends it; it leaves only by a takeover, after a
+/// watcher has seen it unchanged for its lease time, by which time any lease the lost grant
+/// counted towards has ended unless its holder extended it on a majority without this node.
+/// (`model/` checks this rule; its planted `RestoreNewest` is the old "newest copy" rule,
+/// which `newest_anyway` plants here, for tests.)
+fn restored_copy(copies: &[LeaseCopy], newest_anyway: bool) -> Option<LeaseCopy> {
+    let newest = copies
+        .iter()
+        .max_by_key(|(value, version, _)| (lease_token(value), *version))?;
+    if newest_anyway || copies.iter().all(|(value, _, _)| *value == newest.0) {
+        return Some(newest.clone());
+    }
+    let ttl = copies.iter().map(|(_, _, ttl)| *ttl).max().unwrap_or(0);
+    let token = lease_token(&newest.0);
+    Some((format!("repair-blocker:{token}:{BLOCKER_HOLDER}"), 1, ttl))
 }
 
 /// Whether the newest of these views (token -> JSON) shares its base with another one.
@@ -260,7 +293,7 @@ mod tests {
             ..Holdings::default()
         };
         let (hx, hw) = (holding(&[&x]), holding(&[&w]));
-        let p = plan(&[&hx, &hw], false);
+        let p = plan(&[&hx, &hw], false, false);
         assert_eq!(
             p.ambiguous,
             vec!["rq:view:g".to_string()],
@@ -269,7 +302,7 @@ mod tests {
         let mut w2 = w2;
         w2.version.seq = 2;
         let hw2 = holding(&[&w2]);
-        let p = plan(&[&hx, &hw2], false);
+        let p = plan(&[&hx, &hw2], false, false);
         assert!(p.ambiguous.is_empty(), "w2 derives from x: one chain");
         assert_eq!(p.views[0].1 .0, tok(&w2));
     }
@@ -310,10 +343,47 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_is_restored_only_where_the_sources_agree_on_its_holder() {
+        let lease = |v: &str, n: u64, t: u64| Holdings {
+            leases: [("rq:lock:a".to_string(), (v.to_string(), n, t))].into(),
+            ..Holdings::default()
+        };
+        let none = Holdings::default();
+        let (a3, a5, b) = (
+            lease("r1:7:alice", 3, 1000),
+            lease("r1:7:alice", 5, 1000),
+            lease("r2:7:bob", 1, 2000),
+        );
+        let p = plan(&[&a3, &a5, &none], false, false);
+        assert_eq!(
+            p.leases["rq:lock:a"],
+            ("r1:7:alice".to_string(), 5, 1000),
+            "one holder on every source that has the key: its newest version"
+        );
+        let p = plan(&[&a3, &b], false, false);
+        let (value, version, ttl) = &p.leases["rq:lock:a"];
+        assert!(
+            value.starts_with("repair-blocker:7:") && *version == 1 && *ttl == 2000,
+            "two holders with one token (the lost node may have granted either): a blocker with \
+             the token and the longest lease time, got {:?}",
+            p.leases["rq:lock:a"]
+        );
+        assert_eq!(lease_token(value), 7);
+        let newer = lease("r3:9:carol", 1, 500);
+        let p = plan(&[&a5, &newer], false, false);
+        assert_eq!(
+            lease_token(&p.leases["rq:lock:a"].0),
+            9,
+            "a blocker carries the highest token"
+        );
+        assert!(p.leases["rq:lock:a"].0.starts_with("repair-blocker:"));
+    }
+
+    #[test]
     fn the_highest_register_and_every_beat_are_planned() {
         let a = holdings(&[("rq:id:x", 5), ("rq:id:y", 9)], &[("m1", "3")]);
         let b = holdings(&[("rq:id:x", 7)], &[("m1", "2"), ("m2", "1")]);
-        let p = plan(&[&a, &b], false);
+        let p = plan(&[&a, &b], false, false);
         assert_eq!(
             p.registers,
             vec![("rq:id:x".into(), 7), ("rq:id:y".into(), 9)]
@@ -324,7 +394,7 @@ mod tests {
             2,
             "a beat any source holds is restored: {beats:?}"
         );
-        let unsafe_plan = plan(&[&a, &b], true);
+        let unsafe_plan = plan(&[&a, &b], true, false);
         assert!(
             unsafe_plan.hashes.is_empty(),
             "the test-only mode restores no beats"
