@@ -9,8 +9,9 @@
 //! `tests/conformance_leases.rs`; the client's rounds in `src/lock/acquire.rs` (plan from the
 //! watch as `lease::plan_with`, learn from the replies, release a round that was not granted),
 //! the extension verdict of `lease::judge_extension`, and the repair in `src/repair/` (raise
-//! the fence to the highest a majority of the *other* marked nodes hold, restore the newest
-//! lease copy where the node has none and its fence allows, then mark).
+//! the fence to the highest a majority of the *other* marked nodes hold, restore the lease
+//! copy where the node has none and its fence allows (the sources' value if they agree, a
+//! blocker `v0` that no client holds if they disagree: [`restored_copy`]), then mark).
 //!
 //! Explored: every interleaving of two (or three) clients' acquisition rounds, extensions,
 //! fenced writes and releases, the delivery of every request in any order, lost requests and

@@ -3,7 +3,8 @@
 //! ```text
 //! rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
 //!          [--bug quorum-half|no-quarantine|repair-without-wait]
-//! rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N] [--extensions N]
+//! rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
+//!          [--extensions N]
 //!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
 //!          repair-without-restore|repair-without-raise|restore-newest]
 //! rq-model views [--crash | --amnesia | --planted | --deep]
@@ -82,7 +83,8 @@ impl Args {
 const USAGE: &str = "\
 rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
          [--bug quorum-half|no-quarantine|repair-without-wait]
-rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N] [--extensions N]
+rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
+         [--extensions N]
          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
                 repair-without-restore|repair-without-raise|restore-newest]
 rq-model views [--crash | --amnesia | --planted | --deep]

@@ -31,7 +31,13 @@
 //!
 //! A lease key is restored only where the node has none and its (raised) fence is at most the
 //! lease's token, so a restored copy never blocks the holder of a later grant; a stale copy
-//! costs liveness only (a waiter takes it over after watching it for its TTL).
+//! costs liveness only (a waiter takes it over after watching it for its TTL). Which copy: if
+//! every source that holds the key holds one holder's value, that value (a lease that counted
+//! the lost grant and is still valid has its value on a source read, by the same intersection
+//! argument, so it is this one); if the sources hold different holders' values, a *blocker*
+//! no client holds ([`plan`]'s `restored_copy`): the node may have granted any of them, and
+//! the owner of a restored copy who never won could release it and free the node for a second
+//! holder.
 //!
 //! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
 //! a marker, and no node holds any register, no majority can ever have accepted a value (all
