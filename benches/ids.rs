@@ -1,10 +1,15 @@
 //! ID throughput and latency: redquorum's IdGenerator against (a) the seed's algorithm as
-//! written (read a majority, take max + 1, set-if-less on a majority; one ID per round) and
-//! (b) INCR on one fsync-always node (fast, unsafe: the ceiling users compare with), all in
-//! the same run, on the same local redis-server nodes (AOF on, appendfsync always).
+//! written (read a majority, take max + 1, set-if-less on a majority; one ID per round),
+//! (b) INCR on one fsync-always node (fast, unsafe: the ceiling users compare with) and (c) the
+//! cheapest majority write: a plain `SET` fanned out to all N nodes and decided at a majority
+//! (one call per ID; what any majority-write protocol must pay on this disk), all in the same
+//! run, on the same local redis-server nodes (AOF on, appendfsync always). Then a profile of
+//! the 64-caller runs: client CPU, node CPU, script calls, fsyncs per node (`perf stat`), IDs
+//! per round.
 //!
-//! Run: `scripts/bench.sh ids` (or `cargo bench --bench ids`; `-- --quick` for a short run).
-//! Figures are ratios within one run; absolute numbers depend on the machine.
+//! Run: `scripts/bench.sh ids` (or `cargo bench --bench ids`; `-- --quick` for a short run,
+//! `-- --nodes 5` for one cluster size). Figures are ratios within one run; absolute numbers
+//! depend on the machine.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -17,6 +22,7 @@ mod support;
 use redis::aio::MultiplexedConnection;
 use redquorum::{Client, Config, IdGenerator};
 use redquorum_testkit::LocalNodes;
+use support::profile::{Node, Profile};
 use support::{measure, Figures};
 
 /// The seed's algorithm as written: per ID, read the value from a majority, propose max + 1,
@@ -95,6 +101,43 @@ impl SeedGenerator {
 
 const SET_IF_LESS: &str = "local c = tonumber(redis.call('GET', KEYS[1]) or '0') if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return 0";
 
+/// (c) The majority-write floor: `SET` on every node, done when a majority replied OK.
+async fn majority_set(
+    conns: &[MultiplexedConnection],
+    key: &str,
+    value: u64,
+) -> Result<u64, String> {
+    let needed = conns.len() / 2 + 1;
+    let mut writes: FuturesUnordered<_> = conns
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .query_async::<()>(&mut c)
+                    .await
+            }
+        })
+        .collect();
+    let (mut ok, mut no) = (0usize, 0usize);
+    while let Some(r) = writes.next().await {
+        if r.is_ok() {
+            ok += 1;
+        } else {
+            no += 1;
+        }
+        if ok >= needed {
+            return Ok(1);
+        }
+        if no > conns.len() - needed {
+            break;
+        }
+    }
+    Err("no majority".into())
+}
+
 async fn connections(urls: &[String]) -> Vec<MultiplexedConnection> {
     let mut out = Vec::new();
     for u in urls {
@@ -124,7 +167,15 @@ async fn main() {
     } else {
         Duration::from_secs(2)
     };
-    let node_counts: &[usize] = if quick { &[3] } else { &[1, 3, 5] };
+    let only: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--nodes")
+        .nth(1)
+        .and_then(|n| n.parse().ok());
+    let node_counts: Vec<usize> = match only {
+        Some(n) => vec![n],
+        None if quick => vec![3],
+        None => vec![1, 3, 5, 7],
+    };
     let caller_counts: &[usize] = &[1, 8, 64, 256];
     println!("redquorum ID benchmark: {} per measurement, local redis-server nodes (AOF, appendfsync always)", if quick { "0.7 s" } else { "2 s" });
     println!(
@@ -134,7 +185,7 @@ async fn main() {
             .unwrap_or(0)
     );
     let mut summary = Vec::new();
-    for &n in node_counts {
+    for &n in &node_counts {
         let nodes = LocalNodes::start(n);
         let urls = nodes.urls();
         let client = Client::connect(Config::from_urls(&urls).expect("urls"))
@@ -216,33 +267,95 @@ async fn main() {
             })
             .await;
             row("(b) INCR on one node", incr);
+            let floor = {
+                let conns = conns.clone();
+                let key = format!("set:{seq}");
+                let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                measure(callers, dur, move || {
+                    let (conns, key, counter) = (conns.clone(), key.clone(), counter.clone());
+                    async move {
+                        let v = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        majority_set(&conns, &key, v).await
+                    }
+                })
+                .await
+            };
+            row("(c) majority SET (floor)", floor);
             println!(
-                "  ratios: ours / seed = {:.1}x   ours / INCR = {:.2}x{}",
+                "  ratios: ours / seed = {:.1}x   ours / INCR = {:.2}x   ours / majority SET = {:.2}x{}",
                 ours.ids_per_s / seed_f.ids_per_s,
                 ours.ids_per_s / incr.ids_per_s,
+                ours.ids_per_s / floor.ids_per_s,
                 if callers == 1 {
                     format!(
-                        "   ours p50 / (fan-out PING p50 + fsync) = {:.2}",
-                        ours.p50_ms / (ping.p50_ms + fsync_ms)
+                        "   ours p50 / majority SET p50 = {:.2}",
+                        ours.p50_ms / floor.p50_ms
                     )
                 } else {
                     String::new()
                 }
             );
-            summary.push((n, callers, ours, seed_f, incr));
+            summary.push((n, callers, ours, seed_f, incr, floor));
+        }
+
+        // Where the time goes at 64 callers: ours, then INCR, each measured again under the
+        // profile (perf counting fsyncs costs a little).
+        if n > 1 {
+            let probes: Vec<Node> = (0..n)
+                .map(|i| Node {
+                    url: nodes.url(i),
+                    pid: nodes.pid(i),
+                })
+                .collect();
+            let gen = IdGenerator::new(&client, &format!("profile-{n}")).expect("name");
+            let p = Profile::start(&probes, "evalsha").await;
+            let f = measure(64, dur, move || {
+                let gen = gen.clone();
+                async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }
+            })
+            .await;
+            let r = p.finish().await;
+            println!(
+                " profile, N = {n}, 64 callers: redquorum {:.0} IDs/s",
+                f.ids_per_s
+            );
+            r.print("redquorum (IDs per round)", f.ids_per_s * r.elapsed_s);
+            let c = conns[0].clone();
+            let p = Profile::start(&probes[..1], "incr").await;
+            let f = measure(64, dur, move || {
+                let mut c = c.clone();
+                async move {
+                    redis::cmd("INCR")
+                        .arg("profile-incr")
+                        .query_async::<u64>(&mut c)
+                        .await
+                        .map(|_| 1)
+                        .map_err(|e| e.to_string())
+                }
+            })
+            .await;
+            let r = p.finish().await;
+            println!(
+                " profile, 64 callers: INCR on node 0 {:.0} IDs/s",
+                f.ids_per_s
+            );
+            r.print("INCR (IDs per call)", f.ids_per_s * r.elapsed_s);
         }
     }
     println!(
-        "\nsummary (IDs/s): N callers | redquorum | seed (a) | INCR (b) | ours/seed | ours/INCR"
+        "\nsummary (IDs/s): N callers | redquorum | seed (a) | INCR (b) | majority SET (c) | ours/seed | ours/INCR | ours/SET | p50 ours/SET"
     );
-    for (n, callers, ours, seed, incr) in summary {
+    for (n, callers, ours, seed, incr, floor) in summary {
         println!(
-            "  {n} {callers:>4} | {:>9.0} | {:>8.0} | {:>8.0} | {:>8.1}x | {:>8.2}x",
+            "  {n} {callers:>4} | {:>9.0} | {:>8.0} | {:>8.0} | {:>16.0} | {:>8.1}x | {:>8.2}x | {:>7.2}x | {:>6.2}x",
             ours.ids_per_s,
             seed.ids_per_s,
             incr.ids_per_s,
+            floor.ids_per_s,
             ours.ids_per_s / seed.ids_per_s,
-            ours.ids_per_s / incr.ids_per_s
+            ours.ids_per_s / incr.ids_per_s,
+            ours.ids_per_s / floor.ids_per_s,
+            ours.p50_ms / floor.p50_ms
         );
     }
 }

@@ -71,3 +71,239 @@ where
         failures: failures.load(Ordering::Relaxed),
     }
 }
+
+/// Where the time goes during one measurement: the client's CPU, each node's CPU, script and
+/// command calls (Redis `INFO commandstats`), and each node's fsyncs (counted by `perf stat` on
+/// the `fdatasync` tracepoint when `perf` is installed and allowed; Redis does not count them).
+pub mod profile {
+    use std::collections::BTreeMap;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    /// A node to profile: its URL and its server's pid.
+    #[derive(Clone, Debug)]
+    pub struct Node {
+        pub url: String,
+        pub pid: u32,
+    }
+
+    /// Counters of one node at one instant.
+    #[derive(Clone, Debug, Default)]
+    pub struct NodeCounters {
+        /// CPU seconds (user + system) the server used.
+        pub cpu_s: f64,
+        /// Per command (`evalsha`, `set`, ...): calls and microseconds spent in them.
+        pub calls: BTreeMap<String, (u64, u64)>,
+    }
+
+    /// The CPU seconds this process has used (user + system), from `/proc/self/stat`.
+    pub fn client_cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name (which is in parentheses and may hold spaces).
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
+    /// One node's counters, through a fresh connection (`INFO cpu`, `INFO commandstats`).
+    pub async fn node_counters(url: &str) -> NodeCounters {
+        let Ok(client) = redis::Client::open(url) else {
+            return NodeCounters::default();
+        };
+        let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+            return NodeCounters::default();
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .arg("commandstats")
+            .query_async(&mut con)
+            .await
+            .unwrap_or_default();
+        let mut out = NodeCounters::default();
+        for line in info.lines() {
+            if let Some(v) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                out.cpu_s += v.trim().parse::<f64>().unwrap_or(0.0);
+            } else if let Some(rest) = line.strip_prefix("cmdstat_") {
+                let Some((cmd, fields)) = rest.split_once(':') else {
+                    continue;
+                };
+                let field = |name: &str| {
+                    fields
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(name))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                out.calls
+                    .insert(cmd.to_string(), (field("calls="), field("usec=")));
+            }
+        }
+        out
+    }
+
+    /// `perf stat` counting one server's `fdatasync` calls until [`Fsyncs::stop`].
+    pub struct Fsyncs {
+        children: Vec<Option<Child>>,
+    }
+
+    impl Fsyncs {
+        /// Start counting on every node (a node whose counter cannot start counts as unknown).
+        pub fn start(nodes: &[Node]) -> Fsyncs {
+            let children = nodes
+                .iter()
+                .map(|n| {
+                    Command::new("perf")
+                        .args([
+                            "stat",
+                            "-x",
+                            ",",
+                            "-e",
+                            "syscalls:sys_enter_fdatasync",
+                            "-p",
+                        ])
+                        .arg(n.pid.to_string())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .ok()
+                })
+                .collect();
+            // perf attaches asynchronously; give it a moment before the measurement starts.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Fsyncs { children }
+        }
+
+        /// Stop counting: per node, the fsyncs counted (None when perf was not available).
+        pub fn stop(self) -> Vec<Option<u64>> {
+            self.children
+                .into_iter()
+                .map(|c| {
+                    let mut c = c?;
+                    let _ = Command::new("kill")
+                        .args(["-INT", &c.id().to_string()])
+                        .status();
+                    let _ = c.wait();
+                    let mut err = String::new();
+                    use std::io::Read;
+                    c.stderr.take()?.read_to_string(&mut err).ok()?;
+                    err.lines()
+                        .find(|l| l.contains("sys_enter_fdatasync"))
+                        .and_then(|l| l.split(',').next())
+                        .and_then(|v| v.trim().parse().ok())
+                })
+                .collect()
+        }
+    }
+
+    /// What the client and the nodes did between [`Profile::start`] and [`Profile::finish`].
+    #[derive(Debug)]
+    pub struct Report {
+        pub elapsed_s: f64,
+        /// Cores the client process used on average.
+        pub client_cores: f64,
+        /// Per node: cores used, calls per second of `command`, µs per call, fsyncs per second.
+        pub nodes: Vec<(f64, f64, f64, Option<f64>)>,
+        /// Calls of `command` on node 0 (one per round for a fan-out protocol).
+        pub calls_node0: u64,
+    }
+
+    pub struct Profile {
+        nodes: Vec<Node>,
+        command: String,
+        started: Instant,
+        client_cpu: f64,
+        before: Vec<NodeCounters>,
+        fsyncs: Fsyncs,
+    }
+
+    impl Profile {
+        /// Start: snapshot every counter; `command` is the one whose calls are reported.
+        pub async fn start(nodes: &[Node], command: &str) -> Profile {
+            let mut before = Vec::new();
+            for n in nodes {
+                before.push(node_counters(&n.url).await);
+            }
+            let fsyncs = Fsyncs::start(nodes);
+            Profile {
+                nodes: nodes.to_vec(),
+                command: command.to_string(),
+                started: Instant::now(),
+                client_cpu: client_cpu_s(),
+                before,
+                fsyncs,
+            }
+        }
+
+        pub async fn finish(self) -> Report {
+            let elapsed_s = self.started.elapsed().as_secs_f64();
+            let client_cores = (client_cpu_s() - self.client_cpu) / elapsed_s;
+            let fsyncs = self.fsyncs.stop();
+            let mut nodes = Vec::new();
+            let mut calls_node0 = 0;
+            for (i, n) in self.nodes.iter().enumerate() {
+                let after = node_counters(&n.url).await;
+                let b = &self.before[i];
+                let (c0, u0) = b.calls.get(&self.command).copied().unwrap_or((0, 0));
+                let (c1, u1) = after.calls.get(&self.command).copied().unwrap_or((0, 0));
+                let calls = c1.saturating_sub(c0);
+                if i == 0 {
+                    calls_node0 = calls;
+                }
+                nodes.push((
+                    (after.cpu_s - b.cpu_s) / elapsed_s,
+                    calls as f64 / elapsed_s,
+                    if calls > 0 {
+                        u1.saturating_sub(u0) as f64 / calls as f64
+                    } else {
+                        0.0
+                    },
+                    fsyncs
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .map(|f| f as f64 / elapsed_s),
+                ));
+            }
+            Report {
+                elapsed_s,
+                client_cores,
+                nodes,
+                calls_node0,
+            }
+        }
+    }
+
+    impl Report {
+        /// Print the report; `ids` is how many IDs (or cycles) the run produced.
+        pub fn print(&self, what: &str, ids: f64) {
+            let node_cores: f64 = self.nodes.iter().map(|n| n.0).sum();
+            println!(
+                "  profile of {what}: client {:.2} cores, nodes {:.2} cores in all; {:.1} per \
+                 call on node 0 ({} calls)",
+                self.client_cores,
+                node_cores,
+                if self.calls_node0 > 0 {
+                    ids / self.calls_node0 as f64
+                } else {
+                    0.0
+                },
+                self.calls_node0
+            );
+            for (i, (cores, calls, usec, fsyncs)) in self.nodes.iter().enumerate() {
+                println!(
+                    "    node {i}: {cores:.2} cores, {calls:.0} calls/s at {usec:.1} µs each \
+                     inside Redis, {}",
+                    match fsyncs {
+                        Some(f) => format!("{f:.0} fsyncs/s ({:.2} calls per fsync)", calls / f),
+                        None => "fsyncs not counted (perf unavailable)".to_string(),
+                    }
+                );
+            }
+        }
+    }
+}

@@ -30,6 +30,11 @@ fn leases_stay_exclusive_when_a_node_restarts_or_is_wiped_and_repaired() {
     passes("leases, amnesia", LeaseModel::ci_amnesia());
 }
 
+#[test]
+fn leases_stay_exclusive_when_a_contender_takes_over_after_a_wipe_and_repair() {
+    passes("leases, repair", LeaseModel::ci_repair());
+}
+
 /// Breadth-first: the shortest counterexample.
 fn counterexample(model: LeaseModel, bug: Bug, property: &'static str) {
     shows(bug, property, find(model.with_bug(bug), 2, property));
