@@ -281,6 +281,63 @@ async fn main() {
                 .await
             };
             row("(c) majority SET (floor)", floor);
+            if callers == 1 {
+                // (d) The ID script alone: id_propose.lua fanned out by hand, decided at a
+                // majority, one ID per call (what our round costs without the library's client).
+                let script = Arc::new(redis::Script::new(concat!(
+                    include_str!("../src/scripts/prelude.lua"),
+                    include_str!("../src/scripts/id_propose.lua")
+                )));
+                let mut markers = Vec::new();
+                for c in conns.iter() {
+                    let mut c = c.clone();
+                    let m: Option<String> = redis::cmd("GET")
+                        .arg("rq:marker")
+                        .query_async(&mut c)
+                        .await
+                        .expect("GET marker");
+                    markers.push(m.unwrap_or_else(|| "*".into()));
+                }
+                let markers = Arc::new(markers);
+                let conns = conns.clone();
+                let key = format!("rq:id:bare-{seq}");
+                let next = Arc::new(std::sync::atomic::AtomicU64::new(1));
+                let bare = measure(1, dur, move || {
+                    let (conns, key, next, script, markers) = (
+                        conns.clone(),
+                        key.clone(),
+                        next.clone(),
+                        script.clone(),
+                        markers.clone(),
+                    );
+                    async move {
+                        let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let needed = conns.len() / 2 + 1;
+                        let mut calls: FuturesUnordered<_> = conns
+                            .iter()
+                            .zip(markers.iter())
+                            .map(|(c, m)| {
+                                let mut c = c.clone();
+                                let mut inv = script.key(&key);
+                                inv.key("rq:marker").arg(id).arg(id).arg(m.as_str());
+                                async move { inv.invoke_async::<(i64, u64)>(&mut c).await }
+                            })
+                            .collect();
+                        let mut ok = 0;
+                        while let Some(r) = calls.next().await {
+                            if matches!(r, Ok((1, _))) {
+                                ok += 1;
+                                if ok >= needed {
+                                    return Ok(1);
+                                }
+                            }
+                        }
+                        Err("no majority".to_string())
+                    }
+                })
+                .await;
+                row("(d) id_propose.lua by hand", bare);
+            }
             println!(
                 "  ratios: ours / seed = {:.1}x   ours / INCR = {:.2}x   ours / majority SET = {:.2}x{}",
                 ours.ids_per_s / seed_f.ids_per_s,
