@@ -365,7 +365,7 @@ async fn main() {
                 })
                 .collect();
             let gen = IdGenerator::new(&client, &format!("profile-{n}")).expect("name");
-            let p = Profile::start(&probes, "evalsha").await;
+            let p = Profile::start(&probes, &["evalsha"]).await;
             let f = measure(64, dur, move || {
                 let gen = gen.clone();
                 async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }
@@ -378,7 +378,7 @@ async fn main() {
             );
             r.print("redquorum (IDs per round)", f.ids_per_s * r.elapsed_s);
             let c = conns[0].clone();
-            let p = Profile::start(&probes[..1], "incr").await;
+            let p = Profile::start(&probes[..1], &["incr"]).await;
             let f = measure(64, dur, move || {
                 let mut c = c.clone();
                 async move {

@@ -125,7 +125,7 @@ async fn main() {
     }
     println!("redquorum lock benchmark vs rslock 0.10: {:?} per measurement, local redis-server nodes (AOF always)", dur);
     let mut summary = Vec::new();
-    for n in [3usize, 5] {
+    for n in [3usize, 5, 7] {
         let nodes = LocalNodes::start(n);
         let urls = nodes.urls();
         let client = Client::connect(Config::from_urls(&urls).unwrap())
@@ -145,6 +145,30 @@ async fn main() {
             );
             summary.push((n, callers, "healthy", a, b));
         }
+        // Where the time goes at 16 callers: both again under the profile.
+        let probes: Vec<Node> = (0..n)
+            .map(|i| Node {
+                url: nodes.url(i),
+                pid: nodes.pid(i),
+            })
+            .collect();
+        let writes = ["evalsha", "eval", "set", "del", "publish"];
+        let p = Profile::start(&probes, &writes).await;
+        let f = ours(&client, 16, dur, &format!("p{n}")).await;
+        let r = p.finish().await;
+        println!(
+            " profile, 16 callers: redquorum {:.0} cycles/s",
+            f.ids_per_s
+        );
+        r.print(
+            "redquorum (node calls per cycle)",
+            f.ids_per_s * r.elapsed_s,
+        );
+        let p = Profile::start(&probes, &writes).await;
+        let f = rs(&manager, 16, dur, &format!("p{n}")).await;
+        let r = p.finish().await;
+        println!(" profile, 16 callers: rslock {:.0} cycles/s", f.ids_per_s);
+        r.print("rslock (node calls per cycle)", f.ids_per_s * r.elapsed_s);
         // One node frozen (SIGSTOP). rslock waits for every node; we wait at most the per-node
         // deadline (TTL/10 capped at 250 ms) and return as soon as a majority answered.
         nodes.freeze(n - 1);

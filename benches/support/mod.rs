@@ -206,15 +206,16 @@ pub mod profile {
         pub elapsed_s: f64,
         /// Cores the client process used on average.
         pub client_cores: f64,
-        /// Per node: cores used, calls per second of `command`, µs per call, fsyncs per second.
+        /// Per node: cores used, calls per second of the commands, µs per call, fsyncs per
+        /// second.
         pub nodes: Vec<(f64, f64, f64, Option<f64>)>,
-        /// Calls of `command` on node 0 (one per round for a fan-out protocol).
+        /// Calls of the commands on node 0 (one per round for a fan-out protocol).
         pub calls_node0: u64,
     }
 
     pub struct Profile {
         nodes: Vec<Node>,
-        command: String,
+        commands: Vec<String>,
         started: Instant,
         client_cpu: f64,
         before: Vec<NodeCounters>,
@@ -222,8 +223,9 @@ pub mod profile {
     }
 
     impl Profile {
-        /// Start: snapshot every counter; `command` is the one whose calls are reported.
-        pub async fn start(nodes: &[Node], command: &str) -> Profile {
+        /// Start: snapshot every counter; `commands` are those whose calls are reported
+        /// (summed; Redis's lower-case names, e.g. `evalsha`, `set`).
+        pub async fn start(nodes: &[Node], commands: &[&str]) -> Profile {
             let mut before = Vec::new();
             for n in nodes {
                 before.push(node_counters(&n.url).await);
@@ -231,7 +233,7 @@ pub mod profile {
             let fsyncs = Fsyncs::start(nodes);
             Profile {
                 nodes: nodes.to_vec(),
-                command: command.to_string(),
+                commands: commands.iter().map(|c| c.to_string()).collect(),
                 started: Instant::now(),
                 client_cpu: client_cpu_s(),
                 before,
@@ -248,8 +250,13 @@ pub mod profile {
             for (i, n) in self.nodes.iter().enumerate() {
                 let after = node_counters(&n.url).await;
                 let b = &self.before[i];
-                let (c0, u0) = b.calls.get(&self.command).copied().unwrap_or((0, 0));
-                let (c1, u1) = after.calls.get(&self.command).copied().unwrap_or((0, 0));
+                let sum = |c: &NodeCounters| {
+                    self.commands
+                        .iter()
+                        .filter_map(|k| c.calls.get(k))
+                        .fold((0u64, 0u64), |(n, u), (cn, cu)| (n + cn, u + cu))
+                };
+                let ((c0, u0), (c1, u1)) = (sum(b), sum(&after));
                 let calls = c1.saturating_sub(c0);
                 if i == 0 {
                     calls_node0 = calls;

@@ -201,12 +201,20 @@ pub fn lock_release(d: &mut Data, value: u8) -> bool {
     true
 }
 
-/// `restore.lua` in mode `"lease"`: write the copy only where the node has none and its
+/// `restore.lua` in mode `"lease"`: nothing where the node has a key; the copy where its
 /// (already raised) fence KEY is at most the copy's token (the script reads the fence key
-/// only, not the floor).
+/// only, not the floor); a [`BLOCKER`] with the fence's token where the fence is above it.
 pub fn restore_lease(d: &mut Data, copy: Key) -> bool {
-    if d.key.is_some() || d.fence > copy.token {
+    if d.key.is_some() {
         return false;
+    }
+    if d.fence > copy.token {
+        d.key = Some(Key {
+            value: BLOCKER,
+            token: d.fence,
+            version: 1,
+        });
+        return true;
     }
     d.key = Some(copy);
     if d.fence < copy.token {

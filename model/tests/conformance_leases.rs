@@ -5,7 +5,7 @@
 
 use redquorum_model::leases::{
     fenced_set, lock_acquire, lock_extend, lock_release, restore_lease, Ask, Data, Grant, Key,
-    Status,
+    Status, BLOCKER,
 };
 use redquorum_testkit::LocalNodes;
 
@@ -24,10 +24,33 @@ const MARKER: &str = "rq:marker";
 const FLOOR: &str = "rq:floor:7";
 const OLD_FLOOR: &str = "rq:floor";
 
-/// A model value as the library writes it: 128 random bits in hex, the token, the holder.
+/// A model value as the library writes it: 128 random bits in hex, the token, the holder; the
+/// model's [`BLOCKER`] as `restore.lua` writes it.
 fn value_text(value: u8, token: u8) -> String {
+    if value == BLOCKER {
+        return format!("repair-blocker:{token}:{BLOCKER_TEXT}");
+    }
     format!("{value:032x}:{token}:conformance")
 }
+
+/// A stored lease value in the model's terms (the inverse of [`value_text`]).
+fn parse_key(v: &str, version: u8) -> Key {
+    let mut parts = v.split(':');
+    let head = parts.next().expect("value");
+    let value = if head == "repair-blocker" {
+        BLOCKER
+    } else {
+        u8::from_str_radix(head, 16).expect("hex")
+    };
+    Key {
+        value,
+        token: parts.next().expect("token").parse().expect("token"),
+        version,
+    }
+}
+
+/// The holder text of a blocker, as the repair passes it to `restore.lua`.
+const BLOCKER_TEXT: &str = "unknown";
 
 fn marker_text(run: Option<u8>) -> String {
     run.map_or("*".to_string(), |r| format!("run-{r}"))
@@ -60,16 +83,7 @@ impl Real {
             .arg("n")
             .query(&mut self.con)
             .expect("HMGET");
-        let key = v.map(|v| {
-            let mut parts = v.split(':');
-            let value = u8::from_str_radix(parts.next().expect("value"), 16).expect("hex");
-            let token = parts.next().expect("token").parse().expect("token");
-            Key {
-                value,
-                token,
-                version: n.expect("version"),
-            }
-        });
+        let key = v.map(|v| parse_key(&v, n.expect("version")));
         let marker: Option<String> = redis::cmd("GET")
             .arg(MARKER)
             .query(&mut self.con)
@@ -93,6 +107,14 @@ impl Real {
         let (mode, ev, en) = match ask {
             Ask::Absent => ("absent", String::new(), 0),
             Ask::Read => ("read", String::new(), 0),
+            Ask::Swap { value, version } if value == BLOCKER => {
+                let current: String = redis::cmd("HGET")
+                    .arg(LOCK)
+                    .arg("v")
+                    .query(&mut self.con)
+                    .expect("HGET");
+                ("swap", current, version)
+            }
             Ask::Swap { value, version } => {
                 ("swap", value_text(value, tokens[value as usize]), version)
             }
@@ -114,14 +136,7 @@ impl Real {
             .arg("")
             .invoke(&mut self.con)
             .expect("lock_acquire.lua runs");
-        let key = (!cur.is_empty()).then(|| {
-            let mut parts = cur.split(':');
-            Key {
-                value: u8::from_str_radix(parts.next().expect("value"), 16).expect("hex"),
-                token: parts.next().expect("token").parse().expect("token"),
-                version,
-            }
-        });
+        let key = (!cur.is_empty()).then(|| parse_key(&cur, version));
         Grant {
             status: match status {
                 1 => Status::Granted,
@@ -174,6 +189,7 @@ impl Real {
             .arg(copy.version)
             .arg(1000)
             .arg(copy.token)
+            .arg(BLOCKER_TEXT)
             .invoke(&mut self.con)
             .expect("restore.lua runs");
         r == 1
@@ -313,7 +329,7 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
         ("released", Release(1, 1)),
         ("the repair raises the fence key", Raise(5)),
         (
-            "no restore below the fence key",
+            "below the fence key: a blocker with the fence's token",
             Restore(Key {
                 value: 6,
                 token: 4,
@@ -321,15 +337,28 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
             }),
         ),
         (
-            "a copy at the fence key is restored",
+            "no restore over the blocker",
             Restore(Key {
                 value: 5,
                 token: 5,
                 version: 2,
             }),
         ),
-        ("the restored copy's holder extends", Extend(5, 3, 5, run)),
-        ("released", Release(5, 5)),
+        ("nobody extends the blocker", Extend(5, 3, 5, run)),
+        (
+            "a watcher takes the blocker over",
+            Acquire(
+                5,
+                6,
+                run,
+                Swap {
+                    value: BLOCKER,
+                    version: 1,
+                },
+            ),
+        ),
+        ("the new holder extends", Extend(5, 3, 6, run)),
+        ("released", Release(5, 6)),
         (
             "the node restarted: its marker names the old run",
             SetMarker(Some(0)),

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The first field of a repair's blocker value (`src/repair/plan.rs`, `restore.lua`).
+const BLOCKER_PREFIX: &str = "repair-blocker";
+
 /// What a majority of nodes says about who holds a lock.
 ///
 /// No node clock decides when a lease ends, so a holder that crashed stays named here until
@@ -22,7 +25,9 @@ pub struct Holder {
 }
 
 impl Lock {
-    /// Who holds the lock according to a majority of the nodes, if anyone does.
+    /// Who holds the lock according to a majority of the nodes, if anyone does. A blocker that
+    /// a repair left where its sources disagreed on the holder is reported as no holder (it
+    /// stays until a waiter takes it over after its lease time).
     ///
     /// # Errors
     /// [`Error::NoQuorum`] if fewer than a majority answered.
@@ -61,7 +66,10 @@ impl Lock {
             .find(|(_, (n, _, _))| *n >= needed)
             .and_then(|(value, (_, version, ttl))| {
                 let mut parts = value.splitn(3, ':');
-                let _random = parts.next()?;
+                // A repair's blocker (its sources disagreed on the holder) is nobody's lease.
+                if parts.next()? == BLOCKER_PREFIX {
+                    return None;
+                }
                 let token: u64 = parts.next()?.parse().ok()?;
                 Some(Holder {
                     holder: parts.next().unwrap_or_default().to_string(),

@@ -4,7 +4,8 @@
 //!
 //! Each source's keyspace is walked with `SCAN ... MATCH rq:*` a page at a time; the keys of a
 //! page are read from EVERY source (a pipeline each), merged (the highest register, the newest
-//! view, the newest lease copy, each hash field's highest value), and written to the targets
+//! view, the lease copy the sources agree on or a blocker where they disagree, each hash
+//! field's highest value), and written to the targets
 //! with the same monotonic scripts the protocols use (idempotent, so a key several sources
 //! hold is simply written more than once). Memory stays bounded by a page,
 //! each page has its own deadline, and a keyspace of any size finishes.
@@ -25,7 +26,7 @@ use crate::quorum::NodeOutcome;
 use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
 pub(crate) use super::plan::classify;
-use super::plan::{fence_of, lease_token, plan, Holdings, Kind, Plan};
+use super::plan::{fence_of, lease_token, plan, Holdings, Kind, Plan, BLOCKER_HOLDER};
 
 /// Keys per SCAN page.
 const PAGE: usize = 1000;
@@ -132,6 +133,7 @@ async fn raise(
             .arg(*version)
             .arg(*ttl)
             .arg(lease_token(value))
+            .arg(BLOCKER_HOLDER)
             .invoke_async(&mut nc.conn)
             .await?;
         raised += written;

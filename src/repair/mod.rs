@@ -29,9 +29,11 @@
 //! counted is on its nodes. This assumes no client uses a longer node timeout than the
 //! repairing one.
 //!
-//! A lease key is restored only where the node has none and its (raised) fence is at most the
-//! lease's token, so a restored copy never blocks the holder of a later grant; a stale copy
-//! costs liveness only (a waiter takes it over after watching it for its TTL). Which copy: if
+//! A lease key is restored only where the node has none. Where its fence (raised, perhaps from
+//! a page read before the lease key's) is above the copy's token, a later grant was made and
+//! may since have been released, so `restore.lua` writes a blocker instead of the copy: the
+//! node is never left free while some source shows a grant it may have counted. A stale copy or
+//! a blocker costs liveness only (a waiter takes it over after watching it for its TTL). Which copy: if
 //! every source that holds the key holds one holder's value, that value (a lease that counted
 //! the lost grant and is still valid has its value on a source read, by the same intersection
 //! argument, so it is this one); if the sources hold different holders' values, a *blocker*

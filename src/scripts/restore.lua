@@ -5,9 +5,15 @@
 -- KEYS[2]  for mode "lease": the lock's fence key (rq:fence:<name> or rq:gfence:<group>).
 -- ARGV[1]  mode:
 --          "lease"  KEYS[1] is a lock key (hash v, n, t, see lock_acquire.lua); ARGV[2..5] are
---                   its value, version, ttl ms and token. Written only if the node has no key
---                   and its fence (already raised) is at most the token, so a copy never
---                   blocks a later grant's holder.
+--                   its value, version, ttl ms and token; ARGV[6] the holder text of a blocker.
+--                   Nothing is written if the node has a key. If its fence (already raised,
+--                   perhaps from another page read earlier) is at most the token, the copy is
+--                   written; if the fence is above it, a later grant was made and may since
+--                   have been released on the sources, so which holder this node granted last
+--                   is unknown: a BLOCKER is written instead (value
+--                   "repair-blocker:<fence>:<ARGV[6]>", version 1, the copy's ttl), which no
+--                   client holds and only a takeover removes. Either way a node that lost a
+--                   grant some source still shows is never left free.
 --          "max"    KEYS[1] is a hash of field -> integer (completion records, acks); ARGV[2..]
 --                   are field, value pairs; each field is raised to at least the value.
 --          "absent" KEYS[1] is a hash (membership beats); ARGV[2..] are field, value pairs; a
@@ -20,9 +26,11 @@ if mode == 'lease' then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
   end
-  local fence = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
+  local raw = redis.call('GET', KEYS[2])
+  local fence = rq_stored(raw, KEYS[2])
   if fence > token then
-    return 0
+    redis.call('HSET', KEYS[1], 'v', 'repair-blocker:' .. raw .. ':' .. ARGV[6], 'n', '1', 't', ARGV[4])
+    return 1
   end
   redis.call('HSET', KEYS[1], 'v', ARGV[2], 'n', ARGV[3], 't', ARGV[4])
   if fence < token then
