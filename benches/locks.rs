@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 use redquorum_testkit::LocalNodes;
+use support::profile::{Node, Profile};
 use support::{measure, Figures};
 
 use redquorum::{Client, Config, Lock};
