@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use redquorum_testkit::LocalNodes;
 
+mod support;
+use support::profile::node_counters;
+
 use redquorum::moved_fraction;
 use redquorum::{Client, Config};
 use redquorum::{GroupOptions, Member, Ownership, View};
@@ -67,7 +70,12 @@ async fn main() {
         "\nTime to an active assignment (interval {} ms, 3 local nodes):",
         interval.as_millis()
     );
-    for n in [2usize, 4, 8, 16] {
+    let counts: Vec<usize> = if std::env::args().any(|a| a == "--quick") {
+        vec![2, 4]
+    } else {
+        vec![2, 4, 8, 16, 32, 64]
+    };
+    for n in counts {
         let group = format!("bench-{n}");
         let mut ms = Vec::new();
         for i in 0..n {
@@ -87,6 +95,42 @@ async fn main() {
         )
         .await
         .expect("initial settle");
+        // Steady state: node calls per second per member over six intervals (every command
+        // the nodes ran, those inside scripts included, INFO excluded).
+        let calls = |c: &support::profile::NodeCounters| -> u64 {
+            c.calls
+                .iter()
+                .filter(|(k, _)| k.as_str() != "info")
+                .map(|(_, (n, _))| n)
+                .sum()
+        };
+        let mut before = 0;
+        let first = node_counters(&urls[0]).await;
+        for u in &urls {
+            before += calls(&node_counters(u).await);
+        }
+        let window = interval * 6;
+        tokio::time::sleep(window).await;
+        let mut after = 0;
+        let last = node_counters(&urls[0]).await;
+        for u in &urls {
+            after += calls(&node_counters(u).await);
+        }
+        let mut top: Vec<(u64, &String)> = last
+            .calls
+            .iter()
+            .map(|(k, (n, _))| (n - first.calls.get(k).map_or(0, |c| c.0), k))
+            .collect();
+        top.sort_unstable_by(|a, b| b.cmp(a));
+        println!(
+            "  {n:>2} instances, node 0's busiest commands per second per member: {}",
+            top.iter()
+                .take(6)
+                .map(|(c, k)| format!("{k} {:.1}", *c as f64 / window.as_secs_f64() / n as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let per_member = (after - before) as f64 / window.as_secs_f64() / n as f64;
         let c = Client::connect(Config::from_urls(&urls).unwrap())
             .await
             .unwrap();
@@ -128,7 +172,8 @@ async fn main() {
                 .unwrap_or_else(|| "timeout".into())
         };
         println!(
-            "  {n:>2} instances: join {} intervals, leave {} intervals, crash {} intervals",
+            "  {n:>2} instances: join {} intervals, leave {} intervals, crash {} intervals; \
+             {per_member:.1} node calls/s per member (3 nodes, steady)",
             iv(join),
             iv(leave),
             iv(crash)
