@@ -72,6 +72,17 @@ pub fn propose(reg: &mut Register, base: u64, last: u64, check_marker: bool) -> 
     }
 }
 
+/// The read that validates a spare block (the fast path under design for issue 15: a guarded
+/// `GET` of the register): the node's value, refused while its marker is missing or stale.
+pub fn read(reg: &Register, check_marker: bool) -> Reply {
+    let current = reg.value;
+    if check_marker && !reg.marked {
+        Reply::Refused { current }
+    } else {
+        Reply::Behind { current }
+    }
+}
+
 /// A protection switched off, to show the checker finds what it prevents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bug {
@@ -82,6 +93,10 @@ pub enum Bug {
     /// The repair reads the other nodes at once, without waiting one node timeout for the
     /// proposals in flight (the hole the shipped repair had before the wait).
     RepairWithoutWait,
+    /// IDs from a spare block are handed out without the validating read.
+    SpareWithoutRead,
+    /// The validating read accepts one node's value instead of a majority's.
+    SpareReadFromOne,
 }
 
 /// The bounds of one exploration.
@@ -93,6 +108,9 @@ pub struct IdModel {
     pub clients: usize,
     /// Calls each client makes.
     pub calls: u8,
+    /// Further calls the first client makes (its budget is part of its state, so the clients
+    /// stay interchangeable for the symmetry reduction).
+    pub extra_calls: u8,
     /// IDs per call (the block size).
     pub block: u64,
     /// Rounds a call may take before it gives up.
@@ -103,6 +121,11 @@ pub struct IdModel {
     pub crashes: u8,
     /// Node wipes, in all.
     pub wipes: u8,
+    /// Extra IDs a write round reserves beyond its callers' (0: none). A later call takes its
+    /// IDs from that spare block after a majority *read* shows no register above the block's
+    /// end: no block above it was accepted by a majority before the read, so none of its IDs
+    /// was returned before the call started.
+    pub lookahead: u64,
     /// A planted bug, if any.
     pub bug: Option<Bug>,
 }
@@ -121,6 +144,8 @@ impl IdModel {
             losses: 1,
             crashes: 1,
             wipes: 0,
+            lookahead: 0,
+            extra_calls: 0,
             bug: None,
         }
     }
@@ -132,6 +157,19 @@ impl IdModel {
             losses: 0,
             crashes: 0,
             wipes: 1,
+            ..IdModel::ci_network()
+        }
+    }
+
+    /// Bounds for spare blocks validated by a read: 2 clients with a call of one ID each and
+    /// one more call for the first (from its spare block), a write round reserving one spare
+    /// ID, 2 rounds a call, one lost request or reply.
+    pub fn ci_spare() -> Self {
+        IdModel {
+            block: 1,
+            lookahead: 1,
+            extra_calls: 1,
+            crashes: 0,
             ..IdModel::ci_network()
         }
     }
@@ -157,6 +195,14 @@ impl IdModel {
         }
     }
 
+    /// Replies a validating read needs.
+    fn read_needed(&self) -> usize {
+        match self.bug {
+            Some(Bug::SpareReadFromOne) => 1,
+            _ => self.needed(),
+        }
+    }
+
     fn check_marker(&self) -> bool {
         self.bug != Some(Bug::NoQuarantine)
     }
@@ -175,6 +221,9 @@ pub enum Msg {
         last: u64,
         /// The nodes (bit mask) whose repair began while this proposal was in flight.
         before_repair_of: u8,
+        /// A validating read (`base..=last` are then the IDs it would hand out), not a
+        /// proposal.
+        read: bool,
     },
 }
 
@@ -208,6 +257,8 @@ pub struct Round {
     pub replied: u8,
     /// The highest value a reply reported.
     pub learned: u64,
+    /// A validating read of the spare block ending here, not a proposal.
+    pub read_end: Option<u64>,
 }
 
 /// A client process.
@@ -221,6 +272,10 @@ pub struct Client {
     pub seq: u8,
     /// The call in progress.
     pub call: Option<Round>,
+    /// The rest of its last block a majority accepted: `(next, end)`.
+    pub spare: Option<(u64, u64)>,
+    /// Calls it may make.
+    pub budget: u8,
 }
 
 /// A call that returned its IDs.
@@ -283,6 +338,36 @@ impl fmt::Display for Action {
                 node,
                 base,
                 last,
+                read: true,
+                ..
+            }) => write!(
+                f,
+                "node {node} answers client {client}'s read validating {base}..={last}, and client {client} hears it"
+            ),
+            Action::DeliverLosingReply(Msg::Propose {
+                client,
+                node,
+                base,
+                last,
+                read: true,
+                ..
+            })
+            | Action::Lose(Msg::Propose {
+                client,
+                node,
+                base,
+                last,
+                read: true,
+                ..
+            }) => write!(
+                f,
+                "client {client}'s read validating {base}..={last} to node {node} or its reply is lost"
+            ),
+            Action::Deliver(Msg::Propose {
+                client,
+                node,
+                base,
+                last,
                 ..
             }) => write!(
                 f,
@@ -319,12 +404,28 @@ impl fmt::Display for Action {
 }
 
 impl IdModel {
-    /// Start round `rounds` of client `c`'s call: propose just above what it knows.
+    /// Start round `rounds` of client `c`'s call: validate IDs from its spare block with a
+    /// read if it holds enough (first round only), else propose just above what it knows
+    /// (with the lookahead).
     fn start_round(&self, s: &mut IdState, c: usize, rounds: u8, floor: u64) {
         let client = &mut s.clients[c];
         client.seq += 1;
-        let base = client.known + 1;
-        let last = base + self.block - 1;
+        let spare = client
+            .spare
+            .filter(|(next, end)| rounds == 1 && next + self.block - 1 <= *end);
+        let (base, last, read_end) = match spare {
+            Some((next, end)) => {
+                // The IDs are taken from the spare now: a failed read leaves them a gap.
+                let last = next + self.block - 1;
+                client.spare = (last < end).then_some((last + 1, end));
+                (next, last, Some(end))
+            }
+            None => {
+                client.spare = None;
+                let base = client.known + 1;
+                (base, base + self.block - 1 + self.lookahead, None)
+            }
+        };
         client.call = Some(Round {
             seq: client.seq,
             rounds,
@@ -334,7 +435,18 @@ impl IdModel {
             acks: 0,
             replied: 0,
             learned: 0,
+            read_end,
         });
+        if read_end.is_some() && self.bug == Some(Bug::SpareWithoutRead) {
+            // The planted bug: no read at all, the IDs are returned at once.
+            let r = client.call.take().map(|mut r| {
+                r.acks = (1 << self.nodes) - 1;
+                r
+            });
+            client.call = r;
+            self.settle(s, c, false);
+            return;
+        }
         for n in 0..self.nodes {
             s.net.push(Msg::Propose {
                 client: c as u8,
@@ -343,6 +455,7 @@ impl IdModel {
                 base,
                 last,
                 before_repair_of: 0,
+                read: read_end.is_some(),
             });
         }
         s.net.sort();
@@ -355,35 +468,87 @@ impl IdModel {
         };
         let acks = r.acks.count_ones() as usize;
         let unanswered = self.nodes - r.replied.count_ones() as usize;
-        if acks >= self.needed() {
+        let needed = if r.read_end.is_some() {
+            self.read_needed()
+        } else {
+            self.needed()
+        };
+        if acks >= needed {
+            // A write round hands out its first `block` IDs and keeps the rest as spare.
+            let handed = if r.read_end.is_some() {
+                r.last
+            } else {
+                r.base + self.block - 1
+            };
             s.returned.push(Returned {
                 client: c as u8,
                 base: r.base,
-                last: r.last,
+                last: handed,
                 floor: r.floor,
             });
             let client = &mut s.clients[c];
             client.known = client.known.max(r.last);
+            if r.read_end.is_none() && handed < r.last {
+                client.spare = Some((handed + 1, r.last));
+            }
             client.calls += 1;
             client.call = None;
             return;
         }
-        if !timed_out && acks + unanswered >= self.needed() {
+        if !timed_out && acks + unanswered >= needed {
             return; // still possible: keep waiting
         }
         // The round failed: learn (a node that accepted means the block is taken), then
         // propose again or give up.
         let client = &mut s.clients[c];
+        client.spare = None;
         client.known = client
             .known
             .max(r.learned)
-            .max(if r.acks > 0 { r.last } else { 0 });
+            .max(if r.acks > 0 && r.read_end.is_none() {
+                r.last
+            } else {
+                0
+            });
         if r.rounds < self.rounds {
             self.start_round(s, c, r.rounds + 1, r.floor);
         } else {
             let client = &mut s.clients[c];
             client.calls += 1;
             client.call = None;
+        }
+    }
+
+    /// The initial state: every node up and marked at 0, every client idle.
+    fn initial(&self) -> IdState {
+        IdState {
+            nodes: vec![
+                Node {
+                    reg: Register {
+                        value: 0,
+                        marked: true,
+                    },
+                    up: true,
+                    repairing: false,
+                };
+                self.nodes
+            ],
+            clients: vec![
+                Client {
+                    calls: 0,
+                    known: 0,
+                    seq: 0,
+                    call: None,
+                    spare: None,
+                    budget: self.calls,
+                };
+                self.clients
+            ],
+            net: Vec::new(),
+            returned: Vec::new(),
+            losses: 0,
+            crashes: 0,
+            wipes: 0,
         }
     }
 
@@ -403,39 +568,17 @@ impl Model for IdModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<IdState> {
-        vec![IdState {
-            nodes: vec![
-                Node {
-                    reg: Register {
-                        value: 0,
-                        marked: true,
-                    },
-                    up: true,
-                    repairing: false,
-                };
-                self.nodes
-            ],
-            clients: vec![
-                Client {
-                    calls: 0,
-                    known: 0,
-                    seq: 0,
-                    call: None,
-                };
-                self.clients
-            ],
-            net: Vec::new(),
-            returned: Vec::new(),
-            losses: 0,
-            crashes: 0,
-            wipes: 0,
-        }]
+        let mut init = self.initial();
+        if let Some(first) = init.clients.first_mut() {
+            first.budget += self.extra_calls;
+        }
+        vec![init]
     }
 
     fn actions(&self, s: &IdState, out: &mut Vec<Action>) {
         for (c, client) in s.clients.iter().enumerate() {
             match client.call {
-                None if client.calls < self.calls => out.push(Action::Call(c as u8)),
+                None if client.calls < client.budget => out.push(Action::Call(c as u8)),
                 Some(r) if r.replied.count_ones() as usize != self.nodes => {
                     out.push(Action::Timeout(c as u8))
                 }
@@ -508,6 +651,7 @@ impl Model for IdModel {
                     seq,
                     base,
                     last,
+                    read: is_read,
                     ..
                 } = m;
                 let check = self.check_marker();
@@ -515,7 +659,11 @@ impl Model for IdModel {
                 if !n.up {
                     return Some(s);
                 }
-                let reply = propose(&mut n.reg, base, last, check);
+                let reply = if is_read {
+                    read(&n.reg, check)
+                } else {
+                    propose(&mut n.reg, base, last, check)
+                };
                 if lose_reply {
                     return Some(s);
                 }
@@ -531,7 +679,13 @@ impl Model for IdModel {
                 }
                 r.replied |= 1 << node;
                 r.learned = r.learned.max(reply.value());
-                if matches!(reply, Reply::Accepted { .. }) {
+                let ack = match (reply, r.read_end) {
+                    // A read counts a verified node whose register is at most the block's end.
+                    (Reply::Behind { current }, Some(end)) => current <= end,
+                    (reply, None) => matches!(reply, Reply::Accepted { .. }),
+                    _ => false,
+                };
+                if ack {
                     r.acks |= 1 << node;
                 }
                 self.settle(&mut s, c, false);
@@ -625,7 +779,7 @@ impl Model for IdModel {
                 s.returned.iter().all(|r| r.base > r.floor)
             }),
             Property::sometimes("every call returns", |m: &IdModel, s: &IdState| {
-                s.returned.len() == m.clients * m.calls as usize
+                s.returned.len() == m.clients * m.calls as usize + m.extra_calls as usize
             }),
         ]
     }

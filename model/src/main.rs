@@ -1,8 +1,10 @@
 //! `rq-model`: run the model checks and print what each explored.
 //!
 //! ```text
-//! rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
-//!          [--bug quorum-half|no-quarantine|repair-without-wait]
+//! rq-model [ids] [--amnesia | --spare | --deep] [--calls N] [--rounds N] [--block N]
+//!          [--lookahead N]
+//!          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
+//!                 spare-read-from-one]
 //! rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
 //!          [--extensions N]
 //!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
@@ -81,8 +83,10 @@ impl Args {
 }
 
 const USAGE: &str = "\
-rq-model [ids] [--amnesia | --deep] [--calls N] [--rounds N] [--block N]
-         [--bug quorum-half|no-quarantine|repair-without-wait]
+rq-model [ids] [--amnesia | --spare | --deep] [--calls N] [--rounds N] [--block N]
+         [--lookahead N]
+         [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
+                spare-read-from-one]
 rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
          [--extensions N]
          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
@@ -175,12 +179,15 @@ fn main() -> ExitCode {
                 check_at_most(m, threads, max_states),
             )
         }
-        "ids" | "--amnesia" | "--deep" | "--threads" | "--calls" | "--rounds" | "--losses"
-        | "--crashes" | "--wipes" | "--block" | "--bug" | "--max-states" | "--shortest" => {
+        "ids" | "--amnesia" | "--spare" | "--deep" | "--threads" | "--calls" | "--rounds"
+        | "--losses" | "--crashes" | "--wipes" | "--block" | "--lookahead" | "--bug"
+        | "--max-states" | "--shortest" => {
             let mut m = if args.flag("--deep") {
                 ids::IdModel::deep()
             } else if args.flag("--amnesia") {
                 ids::IdModel::ci_amnesia()
+            } else if args.flag("--spare") {
+                ids::IdModel::ci_spare()
             } else {
                 ids::IdModel::ci_network()
             };
@@ -190,12 +197,15 @@ fn main() -> ExitCode {
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
             m.block = args.value("--block").unwrap_or(m.block).max(1);
+            m.lookahead = args.value("--lookahead").unwrap_or(m.lookahead);
             m.bug = match args.bug(
                 "ID",
                 &[
                     ("quorum-half", ids::Bug::QuorumHalf),
                     ("no-quarantine", ids::Bug::NoQuarantine),
                     ("repair-without-wait", ids::Bug::RepairWithoutWait),
+                    ("spare-without-read", ids::Bug::SpareWithoutRead),
+                    ("spare-read-from-one", ids::Bug::SpareReadFromOne),
                 ],
             ) {
                 Ok(b) => b,
