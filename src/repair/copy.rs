@@ -31,6 +31,10 @@ use super::plan::{fence_of, lease_token, plan, Holdings, Kind, Plan, BLOCKER_HOL
 /// Keys per SCAN page.
 const PAGE: usize = 1000;
 
+/// How many times a page whose sources disagree on a lease's holder is read again (one node
+/// timeout apart) before the disputed keys get a blocker.
+const DISPUTE_REREADS: u32 = 3;
+
 /// The pattern every state key matches (a fixed string: user names never reach a pattern).
 const STATE_PATTERN: &str = "rq:*";
 
@@ -253,28 +257,39 @@ impl Client {
     ) -> Result<(), String> {
         let deadline = self.inner.config.operation_timeout;
         let page: Arc<Vec<String>> = Arc::new(keys);
-        let p = page.clone();
-        let read = Step::session(move |nc: NodeConn| {
-            let p = p.clone();
-            async move { read_keys(nc, &p).await.map(NodeOutcome::Applied) }
-        });
-        let request = Request::any_node("repair.page", Targets::of(sources)).within(deadline);
-        let reads = self.send(request, read).await;
-        let read: BTreeMap<usize, Holdings> =
-            reads.replies().map(|(id, h)| (id.0, h.clone())).collect();
-        if let Some(missing) = sources.iter().find(|s| !read.contains_key(s)) {
-            return Err(format!(
-                "source node{missing} stopped answering during the copy"
-            ));
-        }
         // Every key of the page is copied, also keys an earlier source holds: SCAN need not
         // return a key created on that source after its scan passed.
         copied.keys += page.len();
-        let plan = Arc::new(plan(
-            &read.values().collect::<Vec<_>>(),
-            self.inner.config.server_clock_leases,
-            self.inner.config.newest_lease_restore,
-        ));
+        // Each read is sound on its own (it follows the repair's wait), so a page whose sources
+        // disagree on a lease's holder is read again a few times before the disputed keys get
+        // a blocker: a contender's losing round is usually released within milliseconds.
+        let mut rereads = 0;
+        let plan = loop {
+            let p = page.clone();
+            let read = Step::session(move |nc: NodeConn| {
+                let p = p.clone();
+                async move { read_keys(nc, &p).await.map(NodeOutcome::Applied) }
+            });
+            let request = Request::any_node("repair.page", Targets::of(sources)).within(deadline);
+            let reads = self.send(request, read).await;
+            let read: BTreeMap<usize, Holdings> =
+                reads.replies().map(|(id, h)| (id.0, h.clone())).collect();
+            if let Some(missing) = sources.iter().find(|s| !read.contains_key(s)) {
+                return Err(format!(
+                    "source node{missing} stopped answering during the copy"
+                ));
+            }
+            let plan = plan(
+                &read.values().collect::<Vec<_>>(),
+                self.inner.config.server_clock_leases,
+                self.inner.config.newest_lease_restore,
+            );
+            if plan.disputed == 0 || rereads == DISPUTE_REREADS {
+                break Arc::new(plan);
+            }
+            rereads += 1;
+            tokio::time::sleep(self.inner.config.node_timeout).await;
+        };
         if let Some(key) = plan.ambiguous.first() {
             return Err(format!(
                 "the sources hold two views of {key} derived from one base; the repair waits \

@@ -39,7 +39,9 @@
 //! argument, so it is this one); if the sources hold different holders' values, a *blocker*
 //! no client holds ([`plan`]'s `restored_copy`): the node may have granted any of them, and
 //! the owner of a restored copy who never won could release it and free the node for a second
-//! holder.
+//! holder. Such a page is read again (up to three times, one node timeout apart) before the
+//! blocker is planned: any read after the wait is sound, and a losing round is usually
+//! released by then.
 //!
 //! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
 //! a marker, and no node holds any register, no majority can ever have accepted a value (all

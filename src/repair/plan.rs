@@ -123,6 +123,10 @@ pub(crate) struct Plan {
     pub(crate) leases: BTreeMap<String, LeaseCopy>,
     /// Per hash field the highest value (or any, for beats).
     pub(crate) hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)>,
+    /// Lease keys whose sources hold different holders' copies (each planned as a blocker):
+    /// the copy reads the page again after a while, as a contender's losing round is usually
+    /// released within milliseconds.
+    pub(crate) disputed: usize,
 }
 
 impl Plan {
@@ -197,6 +201,14 @@ pub(crate) fn plan(
             .into_iter()
             .filter_map(|(k, vs)| vs.into_iter().next_back().map(|(t, v)| (k, (t, v))))
             .collect(),
+        disputed: if newest_lease_restore {
+            0
+        } else {
+            all_leases
+                .values()
+                .filter(|copies| copies.iter().any(|c| c.0 != copies[0].0))
+                .count()
+        },
         leases: all_leases
             .into_iter()
             .filter_map(|(k, copies)| restored_copy(&copies, newest_lease_restore).map(|c| (k, c)))
@@ -355,12 +367,14 @@ mod tests {
             lease("r2:7:bob", 1, 2000),
         );
         let p = plan(&[&a3, &a5, &none], false, false);
+        assert_eq!(p.disputed, 0, "one holder is no dispute");
         assert_eq!(
             p.leases["rq:lock:a"],
             ("r1:7:alice".to_string(), 5, 1000),
             "one holder on every source that has the key: its newest version"
         );
         let p = plan(&[&a3, &b], false, false);
+        assert_eq!(p.disputed, 1, "one disputed key");
         let (value, version, ttl) = &p.leases["rq:lock:a"];
         assert!(
             value.starts_with("repair-blocker:7:") && *version == 1 && *ttl == 2000,
