@@ -104,18 +104,20 @@ async fn main() {
                 .map(|(_, (n, _))| n)
                 .sum()
         };
-        let mut before = 0;
-        let first = node_counters(&urls[0]).await;
-        for u in &urls {
-            before += calls(&node_counters(u).await);
-        }
+        let snapshot = || async {
+            let mut all = Vec::new();
+            for u in &urls {
+                all.push(node_counters(u).await);
+            }
+            all
+        };
+        let first = snapshot().await;
         let window = interval * 6;
         tokio::time::sleep(window).await;
-        let mut after = 0;
-        let last = node_counters(&urls[0]).await;
-        for u in &urls {
-            after += calls(&node_counters(u).await);
-        }
+        let last = snapshot().await;
+        let before: u64 = first.iter().map(calls).sum();
+        let after: u64 = last.iter().map(calls).sum();
+        let (first, last) = (&first[0], &last[0]);
         let mut top: Vec<(u64, &String)> = last
             .calls
             .iter()

@@ -153,7 +153,7 @@ pub mod profile {
 
     impl Fsyncs {
         /// Start counting on every node (a node whose counter cannot start counts as unknown).
-        pub fn start(nodes: &[Node]) -> Fsyncs {
+        pub async fn start(nodes: &[Node]) -> Fsyncs {
             let children = nodes
                 .iter()
                 .map(|n| {
@@ -174,7 +174,7 @@ pub mod profile {
                 })
                 .collect();
             // perf attaches asynchronously; give it a moment before the measurement starts.
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
             Fsyncs { children }
         }
 
@@ -230,7 +230,7 @@ pub mod profile {
             for n in nodes {
                 before.push(node_counters(&n.url).await);
             }
-            let fsyncs = Fsyncs::start(nodes);
+            let fsyncs = Fsyncs::start(nodes).await;
             Profile {
                 nodes: nodes.to_vec(),
                 commands: commands.iter().map(|c| c.to_string()).collect(),

@@ -439,11 +439,9 @@ impl IdModel {
         });
         if read_end.is_some() && self.bug == Some(Bug::SpareWithoutRead) {
             // The planted bug: no read at all, the IDs are returned at once.
-            let r = client.call.take().map(|mut r| {
+            if let Some(r) = client.call.as_mut() {
                 r.acks = (1 << self.nodes) - 1;
-                r
-            });
-            client.call = r;
+            }
             self.settle(s, c, false);
             return;
         }

@@ -2,9 +2,6 @@
 
 use super::*;
 
-/// The first field of a repair's blocker value (`src/repair/plan.rs`, `restore.lua`).
-const BLOCKER_PREFIX: &str = "repair-blocker";
-
 /// What a majority of nodes says about who holds a lock.
 ///
 /// No node clock decides when a lease ends, so a holder that crashed stays named here until
@@ -64,26 +61,29 @@ impl Lock {
         Ok(counts
             .into_iter()
             .find(|(_, (n, _, _))| *n >= needed)
-            .and_then(|(value, (_, version, ttl))| {
-                let mut parts = value.splitn(3, ':');
-                // A repair's blocker (its sources disagreed on the holder) is nobody's lease.
-                if parts.next()? == BLOCKER_PREFIX {
-                    return None;
-                }
-                let token: u64 = parts.next()?.parse().ok()?;
-                Some(Holder {
-                    holder: parts.next().unwrap_or_default().to_string(),
-                    token: FencingToken::new(token),
-                    version,
-                    ttl: Duration::from_millis(ttl),
-                })
-            }))
+            .and_then(|(value, (_, version, ttl))| holder_of(value, version, ttl)))
     }
 
     /// Wake-up hints for waiters: notified when the holder releases (pub/sub on every node).
     pub(crate) fn release_watch(&self, wake: Arc<Notify>) -> ReleaseWatch {
         ReleaseWatch::start(&self.inner, wake)
     }
+}
+
+/// The holder a majority's lease value names (`random:token:holder`), or none for a repair's
+/// blocker (its sources disagreed on the holder: nobody's lease) or an unreadable value.
+fn holder_of(value: &str, version: u64, ttl_ms: u64) -> Option<Holder> {
+    let mut parts = value.splitn(3, ':');
+    if parts.next()? == crate::repair::BLOCKER_PREFIX {
+        return None;
+    }
+    let token: u64 = parts.next()?.parse().ok()?;
+    Some(Holder {
+        holder: parts.next().unwrap_or_default().to_string(),
+        token: FencingToken::new(token),
+        version,
+        ttl: Duration::from_millis(ttl_ms),
+    })
 }
 
 /// Subscribes to the lock's release notifications on every node while a waiter waits, so a
@@ -124,5 +124,24 @@ impl Drop for ReleaseWatch {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repairs_blocker_names_no_holder() {
+        let h = holder_of("0123abcd:7:host-1", 3, 2000).expect("a holder's value");
+        assert_eq!(
+            (h.holder.as_str(), h.token.get(), h.version),
+            ("host-1", 7, 3)
+        );
+        assert_eq!(
+            holder_of("repair-blocker:7:unknown: restored by a repair", 1, 2000),
+            None,
+            "a blocker is nobody's lease, though it carries a real token"
+        );
     }
 }

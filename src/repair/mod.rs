@@ -70,6 +70,7 @@ mod change;
 pub(crate) mod copy;
 mod decide;
 mod plan;
+pub(crate) use plan::BLOCKER_PREFIX;
 
 pub use change::ClusterChange;
 

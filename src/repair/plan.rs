@@ -217,7 +217,11 @@ pub(crate) fn plan(
     }
 }
 
-/// The holder part of a repair's blocker (see [`restored_copy`]), shown by `Lock::holder`.
+/// The first field of a repair's blocker value, `repair-blocker:<token>:<holder>` (also
+/// written by `restore.lua`, and recognised by `Lock::holder`).
+pub(crate) const BLOCKER_PREFIX: &str = "repair-blocker";
+
+/// The holder part of a repair's blocker (see [`restored_copy`]).
 pub(crate) const BLOCKER_HOLDER: &str =
     "unknown: restored by a repair whose sources held different holders";
 
@@ -242,7 +246,7 @@ fn restored_copy(copies: &[LeaseCopy], newest_anyway: bool) -> Option<LeaseCopy>
     }
     let ttl = copies.iter().map(|(_, _, ttl)| *ttl).max().unwrap_or(0);
     let token = lease_token(&newest.0);
-    Some((format!("repair-blocker:{token}:{BLOCKER_HOLDER}"), 1, ttl))
+    Some((format!("{BLOCKER_PREFIX}:{token}:{BLOCKER_HOLDER}"), 1, ttl))
 }
 
 /// Whether the newest of these views (token -> JSON) shares its base with another one.
