@@ -20,7 +20,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 mod support;
 use redis::aio::MultiplexedConnection;
-use redquorum::{Client, Config, IdGenerator};
+use redquorum::{Client, Config, IdGenerator, IdOptions};
 use redquorum_testkit::LocalNodes;
 use support::profile::{Node, Profile};
 use support::{measure, Figures};
@@ -241,6 +241,21 @@ async fn main() {
             })
             .await;
             row("redquorum IdGenerator", ours);
+            let written = if callers == 1 || callers == 64 {
+                // The write path alone (no spare IDs: every call is a write round).
+                let options = IdOptions::default().with_lookahead(0).expect("0 is valid");
+                let gen =
+                    IdGenerator::with_options(&client, &format!("{seq}-w"), options).expect("name");
+                let f = measure(callers, dur, move || {
+                    let gen = gen.clone();
+                    async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }
+                })
+                .await;
+                row("redquorum, write rounds only", f);
+                Some(f)
+            } else {
+                None
+            };
             let seed = SeedGenerator {
                 conns: conns.clone(),
                 script: Arc::new(redis::Script::new(SET_IF_LESS)),
@@ -352,6 +367,14 @@ async fn main() {
                     String::new()
                 }
             );
+            if let Some(w) = written {
+                println!(
+                    "  write rounds only: / INCR = {:.2}x   / majority SET = {:.2}x   p50 / majority SET p50 = {:.2}",
+                    w.ids_per_s / incr.ids_per_s,
+                    w.ids_per_s / floor.ids_per_s,
+                    w.p50_ms / floor.p50_ms
+                );
+            }
             summary.push((n, callers, ours, seed_f, incr, floor));
         }
 
@@ -365,7 +388,7 @@ async fn main() {
                 })
                 .collect();
             let gen = IdGenerator::new(&client, &format!("profile-{n}")).expect("name");
-            let p = Profile::start(&probes, &["evalsha"]).await;
+            let p = Profile::start(&probes, &["evalsha", "exec"]).await;
             let f = measure(64, dur, move || {
                 let gen = gen.clone();
                 async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }

@@ -82,7 +82,10 @@ pub use distribution::{
 pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};
-pub use id::{IdGenerator, IdOptions, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_JUMP, MAX_IDS_PER_CALL};
+pub use id::{
+    IdGenerator, IdOptions, DEFAULT_LOOKAHEAD, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_JUMP,
+    MAX_IDS_PER_CALL, MAX_LOOKAHEAD,
+};
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use lease::MAX_DRIFT_RATE;
 pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LockOptions, LossReason, MAX_TTL, MIN_TTL};

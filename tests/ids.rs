@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::workload;
-use common::{eventually, init_tracing};
+use common::{eventually, init_tracing, script};
 use redquorum::{Client, Config, Error, IdGenerator};
 use redquorum_testkit::checker::{check_ids, IdCall};
 use redquorum_testkit::Cluster;
@@ -397,4 +397,77 @@ async fn bad_input_gets_a_clear_error() {
         .expect("set");
     let e = gen.next_ids(5).await.expect_err("past 2^53");
     assert!(matches!(e, Error::Exhausted { .. }), "{e}");
+}
+
+/// The fast path's story. Client A's first call is a write round that also reserves spare
+/// IDs. Another process's call then returns an ID above that spare (its proposal, sent as its
+/// client sends it, is accepted by nodes 0 and 1: a majority). A's next call starts after that
+/// one returned, so its ID must be larger. `validated`: A reads a majority before using its
+/// spare, sees the higher block, and writes above it; without the read (test-only switch) A
+/// returns a spare ID below the other process's. Returns the three calls.
+async fn spare_story(validated: bool) -> Vec<IdCall> {
+    let cluster = Cluster::start(3).await;
+    let config = Config::from_urls(cluster.urls()).expect("valid");
+    let config = if validated {
+        config
+    } else {
+        config.with_unvalidated_spares_for_tests()
+    };
+    let a = Client::connect(config).await.expect("valid");
+    let orders = IdGenerator::new(&a, "spare").expect("valid name");
+    let call = |who: &str, start: std::time::Instant, ids: Vec<u64>| IdCall {
+        who: who.into(),
+        start,
+        end: std::time::Instant::now(),
+        ids,
+    };
+    let mut calls = Vec::new();
+
+    let start = std::time::Instant::now();
+    let first = orders.next_id().await.expect("a healthy cluster");
+    calls.push(call("A", start, vec![first]));
+
+    let start = std::time::Instant::now();
+    let other = first + redquorum::DEFAULT_LOOKAHEAD + 100;
+    for node in &cluster.nodes()[..2] {
+        let mut con = node.direct_connection().await;
+        let marker: String = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut con)
+            .await
+            .expect("the node is marked");
+        let (status, _): (i64, u64) = script(include_str!("../src/scripts/id_propose.lua"))
+            .key("rq:id:spare")
+            .key("rq:marker")
+            .arg(other)
+            .arg(other)
+            .arg(&marker)
+            .invoke_async(&mut con)
+            .await
+            .expect("id_propose.lua runs");
+        assert_eq!(status, 1, "the other process's block is above A's spare");
+    }
+    calls.push(call("another process", start, vec![other]));
+
+    let start = std::time::Instant::now();
+    let next = orders.next_id().await.expect("a healthy cluster");
+    calls.push(call("A again", start, vec![next]));
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_from_the_spare_block_follows_every_id_returned_before_the_call() {
+    init_tracing();
+    let calls = spare_story(true).await;
+    if let Err(v) = check_ids(&calls) {
+        panic!("the validating read must keep real-time order: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_validating_read_the_checker_catches_an_older_spare_id() {
+    init_tracing();
+    let calls = spare_story(false).await;
+    let v = check_ids(&calls).expect_err("an unvalidated spare ID must break real-time order");
+    println!("caught, as expected: {v}");
 }

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{init_tracing, wait_repaired};
+use common::{init_tracing, script, wait_repaired};
 use redquorum::{Client, Config, Error, Lock, LockGuard, LockOptions};
 use redquorum_testkit::checker::{check_tenures, Tenure};
 use redquorum_testkit::{Cluster, TestNode};
@@ -251,14 +251,6 @@ const SPLIT: &str = "split";
 /// messages are sent as the client sends them: the real scripts, with the library's arguments.
 struct FrozenContender {
     value: String,
-}
-
-fn script(body: &str) -> redis::Script {
-    redis::Script::new(&format!(
-        "{}{}",
-        include_str!("../src/scripts/prelude.lua"),
-        body
-    ))
 }
 
 fn floor_bucket(lock_key: &str) -> String {

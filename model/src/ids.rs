@@ -72,8 +72,9 @@ pub fn propose(reg: &mut Register, base: u64, last: u64, check_marker: bool) -> 
     }
 }
 
-/// The read that validates a spare block (the fast path under design for issue 15: a guarded
-/// `GET` of the register): the node's value, refused while its marker is missing or stale.
+/// The read that validates a spare block (`src/id/round.rs`, `read_step`: `GET` of the
+/// register behind a read of the marker, in one transaction): the node's value, refused while
+/// its marker is missing or stale.
 pub fn read(reg: &Register, check_marker: bool) -> Reply {
     let current = reg.value;
     if check_marker && !reg.marked {

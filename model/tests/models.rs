@@ -74,8 +74,13 @@ fn a_repair_that_does_not_wait_for_proposals_in_flight_yields_a_repeated_id() {
     );
 }
 
-/// The spare-block fast path (issue 15, designed here before it is built): a planted bug is
-/// searched depth-first with symmetry reduction (its counterexample lies past a second call).
+#[test]
+fn ids_from_spare_blocks_validated_by_a_majority_read_stay_unique_and_in_real_time_order() {
+    passes(ids::IdModel::ci_spare());
+}
+
+/// The spare-block fast path (`IdOptions::with_lookahead`): a planted bug is searched
+/// depth-first with symmetry reduction (its counterexample lies past a second call).
 fn spare_counterexample(bug: ids::Bug) {
     let mut model = ids::IdModel::ci_spare().with_bug(bug);
     model.losses = 0;
@@ -84,13 +89,11 @@ fn spare_counterexample(bug: ids::Bug) {
 }
 
 #[test]
-#[ignore = "design for issue 15, not shipped yet: about 29 s; run with --ignored"]
 fn a_spare_block_handed_out_without_a_read_breaks_real_time_order() {
     spare_counterexample(ids::Bug::SpareWithoutRead);
 }
 
 #[test]
-#[ignore = "design for issue 15, not shipped yet: about 29 s; run with --ignored"]
 fn a_spare_block_validated_by_one_node_breaks_real_time_order() {
     spare_counterexample(ids::Bug::SpareReadFromOne);
 }

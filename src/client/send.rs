@@ -264,6 +264,9 @@ async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<Node
         Body::Commands { cmds, checked } => {
             let mut pipe = redis::pipe();
             if checked {
+                // One transaction: no wipe (FLUSHALL) can fall between the marker read and
+                // the commands behind it.
+                pipe.atomic();
                 pipe.cmd("GET")
                     .arg(crate::keys::fixed_key(crate::keys::KeyKind::Marker));
             }

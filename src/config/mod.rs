@@ -56,6 +56,8 @@ pub struct Config {
     /// Repair restores the newest lease copy even where its sources disagree on the holder
     /// (test switch; the safe rule restores a blocker there).
     pub(crate) newest_lease_restore: bool,
+    /// Test-only: IDs from a spare block are returned without validating them.
+    pub(crate) unvalidated_spares: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
 }
@@ -108,6 +110,7 @@ impl Config {
             lost_replies_counted: false,
             floor_recheck: true,
             newest_lease_restore: false,
+            unvalidated_spares: false,
             cluster_identity: true,
             cluster_pin: None,
         })
@@ -202,6 +205,16 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_newest_lease_restore_for_tests(mut self) -> Self {
         self.newest_lease_restore = true;
+        self
+    }
+
+    /// TEST ONLY: an ID generator returns IDs from its spare block without the majority read
+    /// that shows no higher ID was returned before the call, so a test can show the
+    /// real-time order it breaks when another process wrote above the spare. Never use it in
+    /// production.
+    #[cfg(feature = "test-util")]
+    pub fn with_unvalidated_spares_for_tests(mut self) -> Self {
+        self.unvalidated_spares = true;
         self
     }
 
@@ -386,6 +399,9 @@ impl Config {
         }
         if self.newest_lease_restore {
             out.push("a repair restores the newest lease copy where its sources disagree (test-only switch): a wiped node can admit two holders".into());
+        }
+        if self.unvalidated_spares {
+            out.push("IDs from spare blocks are returned without a validating read (test-only switch): real-time order can break".into());
         }
         if self.server_clock_leases {
             out.push("leases expire on the nodes' wall clocks (test-only switch): one node's clock step or lost copy can admit two holders".into());

@@ -2,6 +2,7 @@
 //! what to do after a round that failed, how long to back off. Randomness and time are
 //! parameters; no I/O, no clock.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use rand::Rng;
@@ -126,6 +127,91 @@ pub(super) fn backoff(
     let next = (previous * 2).max(round).min(Duration::from_millis(10));
     let pause = Duration::from_micros(rng.random_range(0..=next.as_micros() as u64));
     (next, pause)
+}
+
+/// IDs set aside by a write round beyond its callers' (the lookahead): `next..=end`, inside a
+/// block a majority accepted. A later call may take its IDs from here after a majority *read*
+/// shows no register above `end` (see [`read_counts`]), with no write and so no fsync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Spare {
+    pub(super) next: u64,
+    pub(super) end: u64,
+}
+
+/// The IDs a call of `total` takes from `spare`, and what is left of it: `None` when the
+/// spare is too small, or when its IDs are not above `high_water` (this process returned
+/// higher IDs from another generator of the sequence; a write round then goes above them).
+/// IDs are taken in call order, so a later call's IDs are above an earlier call's.
+pub(super) fn take(
+    spare: Option<Spare>,
+    total: u64,
+    high_water: u64,
+) -> Option<(RangeInclusive<u64>, Option<Spare>)> {
+    let s = spare?;
+    let last = s.next.checked_add(total.checked_sub(1)?)?;
+    if last > s.end || s.next <= high_water {
+        return None;
+    }
+    let rest = (last < s.end).then_some(Spare {
+        next: last + 1,
+        end: s.end,
+    });
+    Some((s.next..=last, rest))
+}
+
+/// Whether one node's register, read behind its marker, counts towards validating IDs from a
+/// spare block ending at `end`: it holds no value above `end`. A majority of such nodes, read
+/// after the call started, shows that no block above `end` had been accepted by a majority
+/// when the call started (two majorities share a node, and registers only grow on a node that
+/// keeps its marker). Every ID returned before the call started lies in such an accepted
+/// block, and accepted blocks are disjoint, so all of them are below the spare.
+pub(super) fn read_counts(value: u64, end: u64) -> bool {
+    value <= end
+}
+
+/// Whether the spare that a write round leaves (`candidate`) replaces the current one: only
+/// a spare ending higher does. Write rounds in flight together may finish in any order; an
+/// older, lower spare installed after a newer one would fail its reads.
+pub(super) fn keep_higher(current: Option<Spare>, candidate: Spare) -> Option<Spare> {
+    match current {
+        Some(c) if c.end >= candidate.end => Some(c),
+        _ => Some(candidate),
+    }
+}
+
+/// When to reserve spare IDs. A spare read fails when another process wrote above the spare
+/// (contention): then the spare only costs a round trip, so after each failed read the next
+/// write rounds reserve none, twice as many rounds after every failure in a row (up to
+/// [`MAX_SPARE_SKIP`]); one read that succeeds resets it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct SparePolicy {
+    failures: u32,
+    skip: u64,
+}
+
+/// Most write rounds in a row that reserve no spare after failed reads.
+pub(super) const MAX_SPARE_SKIP: u64 = 256;
+
+impl SparePolicy {
+    /// The spare IDs the next write round reserves, with `configured` the generator's
+    /// lookahead.
+    pub(super) fn lookahead(&mut self, configured: u64) -> u64 {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return 0;
+        }
+        configured
+    }
+
+    /// A validating read succeeded or failed.
+    pub(super) fn read(&mut self, succeeded: bool) {
+        if succeeded {
+            *self = SparePolicy::default();
+        } else {
+            self.failures = (self.failures + 1).min(MAX_SPARE_SKIP.trailing_zeros());
+            self.skip = 1 << self.failures;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -286,5 +372,73 @@ mod tests {
         let (b, pause) = backoff(ms(8), ms(1), &mut r);
         assert_eq!(b, ms(10), "capped at 10 ms");
         assert!(pause <= ms(10));
+    }
+
+    #[test]
+    fn a_call_takes_its_ids_from_the_bottom_of_the_spare() {
+        let spare = Some(Spare { next: 10, end: 20 });
+        assert_eq!(
+            take(spare, 4, 0),
+            Some((10..=13, Some(Spare { next: 14, end: 20 })))
+        );
+        assert_eq!(
+            take(spare, 11, 0),
+            Some((10..=20, None)),
+            "the spare used up"
+        );
+        assert_eq!(take(spare, 12, 0), None, "too small: a write round");
+        assert_eq!(take(None, 1, 0), None);
+        assert_eq!(
+            take(spare, 1, 10),
+            None,
+            "not above what this process returned: a write round"
+        );
+        assert_eq!(take(spare, 1, 9).map(|t| t.0), Some(10..=10));
+        let top = Some(Spare {
+            next: u64::MAX,
+            end: u64::MAX,
+        });
+        assert_eq!(take(top, 2, 0), None, "no overflow");
+    }
+
+    #[test]
+    fn a_read_counts_a_node_only_while_it_holds_nothing_above_the_spare() {
+        assert!(read_counts(20, 20), "the block that made the spare");
+        assert!(read_counts(3, 20), "a node behind");
+        assert!(!read_counts(21, 20), "a block above was accepted here");
+    }
+
+    #[test]
+    fn only_a_higher_spare_replaces_the_current_one() {
+        let low = Spare { next: 5, end: 10 };
+        let high = Spare { next: 15, end: 30 };
+        assert_eq!(keep_higher(None, low), Some(low));
+        assert_eq!(keep_higher(Some(low), high), Some(high));
+        assert_eq!(
+            keep_higher(Some(high), low),
+            Some(high),
+            "a late, older round"
+        );
+    }
+
+    #[test]
+    fn failed_reads_make_write_rounds_skip_the_spare_for_longer_each_time() {
+        let mut p = SparePolicy::default();
+        assert_eq!(p.lookahead(100), 100, "spares while reads succeed");
+        for expected_skip in [2u64, 4, 8] {
+            p.read(false);
+            for _ in 0..expected_skip {
+                assert_eq!(p.lookahead(100), 0);
+            }
+            assert_eq!(p.lookahead(100), 100, "tried again after {expected_skip}");
+        }
+        for _ in 0..20 {
+            p.read(false);
+        }
+        let skipped = (0..1000).take_while(|_| p.lookahead(100) == 0).count() as u64;
+        assert_eq!(skipped, MAX_SPARE_SKIP, "bounded");
+        p.read(false);
+        p.read(true);
+        assert_eq!(p.lookahead(100), 100, "one success resets it");
     }
 }

@@ -27,6 +27,13 @@ pub const DEFAULT_MAX_JUMP: u64 = 1 << 32;
 /// Default bound on contended rounds per call.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 1000;
 
+/// Default number of spare IDs a write round reserves beyond its callers' (see
+/// [`IdOptions::with_lookahead`]).
+pub const DEFAULT_LOOKAHEAD: u64 = 1024;
+
+/// Most spare IDs a write round may reserve.
+pub const MAX_LOOKAHEAD: u64 = 1 << 20;
+
 mod decide;
 mod round;
 
@@ -85,6 +92,15 @@ impl Reply {
 /// round retries from the largest value the rejections reported (bounded by the jump limit),
 /// after a randomized exponential backoff when another client is competing.
 ///
+/// A write round also reserves spare IDs beyond its callers' (the lookahead,
+/// [`IdOptions::with_lookahead`]). A later call takes its IDs from the bottom of the spare
+/// after a majority *read*: a `GET` of the register behind the node's marker, in one
+/// transaction, with no write and so no fsync. Every ID returned before the call started lies
+/// in a block a majority accepted; if a majority now holds nothing above the spare's end, no
+/// such block lies above the spare, and accepted blocks are disjoint, so every earlier ID is
+/// below the call's. A read that sees a higher value drops the spare (its IDs become a gap)
+/// and the call writes above what it learned.
+///
 /// Concurrent callers in one process join the next round: every caller in a round was
 /// waiting when it started, so handing them consecutive parts of its block keeps real-time
 /// order. Up to 8 rounds of one generator are in flight at once, each reserving its block
@@ -115,6 +131,7 @@ struct Generator {
     high_water_key: String,
     max_jump: u64,
     max_attempts: u32,
+    lookahead: u64,
     state: Mutex<State>,
     /// Wakes the round runner when a caller queues while rounds are in flight.
     wakeup: tokio::sync::Notify,
@@ -126,6 +143,10 @@ struct State {
     running: bool,
     /// Largest value this generator has learned any node holds (a guess for the next base).
     known_max: u64,
+    /// IDs reserved by an accepted write round beyond its callers'.
+    spare: Option<decide::Spare>,
+    /// Whether the next write round reserves spare IDs.
+    spare_policy: decide::SparePolicy,
 }
 
 struct Waiter {
@@ -146,6 +167,7 @@ impl std::fmt::Debug for IdGenerator {
 pub struct IdOptions {
     max_jump: u64,
     max_attempts: u32,
+    lookahead: u64,
 }
 
 impl Default for IdOptions {
@@ -153,6 +175,7 @@ impl Default for IdOptions {
         IdOptions {
             max_jump: DEFAULT_MAX_JUMP,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            lookahead: DEFAULT_LOOKAHEAD,
         }
     }
 }
@@ -170,6 +193,28 @@ impl IdOptions {
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
+    }
+
+    /// Spare IDs a write round reserves beyond its callers' (default [`DEFAULT_LOOKAHEAD`],
+    /// at most [`MAX_LOOKAHEAD`]; 0 turns the fast path off). Later calls of this generator
+    /// take their IDs from the spare after a majority *read* (no write, so no fsync on the
+    /// nodes): a majority holding no value above the spare shows that no ID above it was
+    /// returned before the call started. The guarantees are unchanged. The cost: spare IDs
+    /// that are never handed out (the process exits, or another process wrote above them and
+    /// the read failed) become gaps, and the sequence advances by up to the lookahead per
+    /// write round. After a failed read, write rounds reserve no spare for a while (2, 4, ...
+    /// up to 256 rounds), so contention between processes costs few extra reads.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] above [`MAX_LOOKAHEAD`].
+    pub fn with_lookahead(mut self, lookahead: u64) -> Result<Self, Error> {
+        if lookahead > MAX_LOOKAHEAD {
+            return Err(Error::InvalidArgument(format!(
+                "the ID lookahead must be at most {MAX_LOOKAHEAD}, got {lookahead}"
+            )));
+        }
+        self.lookahead = lookahead;
+        Ok(self)
     }
 }
 
@@ -201,7 +246,11 @@ impl IdGenerator {
         sequence: &str,
         kind: KeyKind,
     ) -> Result<IdGenerator, Error> {
-        IdGenerator::build(client, sequence, IdOptions::default(), kind)
+        let options = IdOptions {
+            lookahead: 0,
+            ..IdOptions::default()
+        };
+        IdGenerator::build(client, sequence, options, kind)
     }
 
     fn build(
@@ -222,6 +271,7 @@ impl IdGenerator {
                 high_water_key,
                 max_jump: options.max_jump,
                 max_attempts: options.max_attempts,
+                lookahead: options.lookahead,
                 state: Mutex::new(State::default()),
                 wakeup: tokio::sync::Notify::new(),
             }),

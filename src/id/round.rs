@@ -7,15 +7,70 @@ impl Generator {
     /// Reserve a block for `total` IDs and propose it until a majority accepts it (see
     /// [`decide`] for every choice made between rounds).
     pub(super) async fn allocate(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
+        if let Some((ids, end)) = self.take_spare(total) {
+            if self.validate(end).await {
+                raise_high_water(&self.high_water_key, *ids.end(), self.protected());
+                return Ok(ids);
+            }
+            // The spare's IDs become a gap; what the read learned guides the write round.
+        }
+        self.write(total).await
+    }
+
+    /// IDs for `total` from the spare, and the spare's end, or `None` (no usable spare).
+    fn take_spare(&self, total: u64) -> Option<(RangeInclusive<u64>, u64)> {
+        let mut st = self.state();
+        let spare = st.spare?;
+        let high_water = high_water(&self.high_water_key, self.protected());
+        match decide::take(Some(spare), total, high_water) {
+            Some((ids, rest)) => {
+                st.spare = rest;
+                Some((ids, spare.end))
+            }
+            None => {
+                st.spare = None;
+                None
+            }
+        }
+    }
+
+    /// The validating read of IDs from a spare ending at `end` (see [`decide::read_counts`]):
+    /// whether a majority of voting nodes holds no value above `end`. Learns what it read.
+    async fn validate(&self, end: u64) -> bool {
+        let step = read_step(&self.key, end, self.client.config().unvalidated_spares);
+        let tally = self.client.send(Request::vote("id.read"), step).await;
+        let valid = tally.reached();
+        if !valid {
+            let values: Vec<u64> = tally.replies().map(|(_, v)| *v).collect();
+            let known = self.state().known_max;
+            let (guess, _) = decide::learn(
+                &values,
+                tally.majority().needed(),
+                known,
+                self.max_jump,
+                None,
+            );
+            let mut st = self.state();
+            st.known_max = st.known_max.max(guess);
+            st.spare = None;
+        }
+        self.state().spare_policy.read(valid);
+        valid
+    }
+
+    /// Write rounds: reserve a block for `total` IDs (and the lookahead) and propose it until
+    /// a majority accepts it; the IDs beyond `total` become the spare.
+    async fn write(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
         let started = Instant::now();
         let mut rounds = decide::Rounds::default();
         let mut backoff = Duration::ZERO;
         // Whether any round so far may have been applied somewhere (a lost reply): then the
         // call's outcome is unknown even if its last round never reached those nodes.
         let mut maybe_applied = false;
+        let lookahead = self.state().spare_policy.lookahead(self.lookahead);
         loop {
             let round_started = Instant::now();
-            let (base, last) = self.reserve(total, rounds.contended)?;
+            let (base, last) = self.reserve(total + lookahead, rounds.contended)?;
             let tally = self.propose(base, last).await;
             maybe_applied |= tally.results().iter().any(|r| r.outcome.may_have_applied());
             for (node, reply) in tally.replies() {
@@ -25,8 +80,17 @@ impl Generator {
             }
             let learned = self.learn(&tally, last);
             if tally.reached() {
-                raise_high_water(&self.high_water_key, last, self.protected());
-                return Ok(base..=last);
+                let handed = last - lookahead;
+                raise_high_water(&self.high_water_key, handed, self.protected());
+                if handed < last {
+                    let mut st = self.state();
+                    let spare = decide::Spare {
+                        next: handed + 1,
+                        end: last,
+                    };
+                    st.spare = decide::keep_higher(st.spare, spare);
+                }
+                return Ok(base..=handed);
             }
             let failed = decide::Failed {
                 contending: tally
@@ -106,6 +170,37 @@ impl Generator {
         let rose = guess > st.known_max;
         st.known_max = st.known_max.max(guess);
         rose
+    }
+}
+
+/// The validating read: `GET` of the sequence's register behind the node's marker (one
+/// atomic transaction). A node counts when it holds nothing above `end`; the value is what
+/// the generator learns. `unvalidated` (test-only) counts every node that answers.
+fn read_step(key: &str, end: u64, unvalidated: bool) -> Step<u64> {
+    let mut get = redis::cmd("GET");
+    get.arg(key);
+    Step::read(vec![get], move |_, v| {
+        let value = decode_register(v)?;
+        Ok(if unvalidated || decide::read_counts(value, end) {
+            NodeOutcome::Applied(value)
+        } else {
+            NodeOutcome::Rejected(value)
+        })
+    })
+}
+
+/// A register as `GET` returns it: absent is 0; anything but a decimal integer below 2^53 is
+/// an error (a corrupted register never validates anything).
+fn decode_register(v: redis::Value) -> redis::RedisResult<u64> {
+    let raw: Option<String> = redis::from_redis_value(v)?;
+    let Some(raw) = raw else { return Ok(0) };
+    match raw.parse::<u64>() {
+        Ok(n) if n < VALUE_LIMIT && n.to_string() == raw => Ok(n),
+        _ => Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "the ID register holds no valid integer",
+            raw,
+        ))),
     }
 }
 

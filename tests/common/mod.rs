@@ -192,3 +192,13 @@ pub async fn wait_repaired(node: &redquorum_testkit::TestNode, trigger: &Client)
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// One of the library's Lua scripts as the client sends it (the prelude first), for tests
+/// that play another process's client by hand: `script(include_str!("../src/scripts/x.lua"))`.
+pub fn script(body: &str) -> redis::Script {
+    redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../../src/scripts/prelude.lua"),
+        body
+    ))
+}
