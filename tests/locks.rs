@@ -539,3 +539,64 @@ async fn sixteen_independent_locks_cycled_at_once_never_see_each_other() {
         );
     }
 }
+
+/// Script calls a node has run (`EVALSHA`), from `INFO commandstats`.
+async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
+    let mut con = node.direct_connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One client holds 100 leases (TTL 1.5 s, so each extends every 0.5 s) for 3 s. Their
+/// watchdogs share extension calls: node 0 runs far fewer script calls than one per lease and
+/// extension. Meanwhile one lease is taken from under its holder (its copy overwritten with
+/// another value on every node): sharing a call with the others, it is still judged on its
+/// own statuses, signals a conflict, and the other 99 stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_many_leases_share_extension_calls_and_each_is_judged_alone() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(cluster.urls()).await;
+    let ttl = Duration::from_millis(1500);
+    let mut guards = Vec::new();
+    for i in 0..100 {
+        let lock = Lock::new(&c, &format!("batch-{i}"), ttl).unwrap();
+        guards.push(lock.acquire(Duration::from_secs(2)).await.expect("free lock"));
+    }
+    let before = evalsha_calls(cluster.node(0)).await;
+    let hold = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        let _: () = redis::cmd("HSET")
+            .arg("rq:lock:batch-0")
+            .arg("v")
+            .arg("someone-else")
+            .query_async(&mut con)
+            .await
+            .expect("HSET");
+    }
+    let lost = tokio::time::timeout(ttl, guards[0].lost())
+        .await
+        .expect("the overwritten lease signals its loss within its TTL");
+    assert_eq!(lost, LossReason::Conflict, "another value holds its copies");
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(hold.elapsed())).await;
+    let calls = evalsha_calls(cluster.node(0)).await - before;
+    for (i, g) in guards.iter().enumerate().skip(1) {
+        assert!(g.is_held(), "lease batch-{i} must still be held after 3 s");
+    }
+    // Alone, 100 leases extending every 0.5 s for 3 s would be about 600 calls.
+    println!("node 0 ran {calls} script calls for 100 leases held 3 s");
+    assert!(
+        calls < 120,
+        "extensions must share calls: {calls} script calls on node 0"
+    );
+}

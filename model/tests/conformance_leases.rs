@@ -149,21 +149,39 @@ impl Real {
         }
     }
 
+    /// `lock_extend.lua` with a batch of two leases: another lock's first (it must not change
+    /// anything about this one), then this one, whose status is returned.
     fn extend(&mut self, value: u8, version: u8, token: u8, expect: Option<u8>) -> i8 {
-        self.extend
+        let reply: redis::Value = self
+            .extend
+            .key(MARKER)
+            .key(OLD_FLOOR)
+            .key("rq:lock:other")
+            .key("rq:fence:other")
+            .key(FLOOR)
             .key(LOCK)
             .key(FENCE)
-            .key(MARKER)
             .key(FLOOR)
-            .key(OLD_FLOOR)
+            .arg(marker_text(expect))
+            .arg("")
+            .arg("another-holder")
+            .arg(1)
+            .arg(1000)
+            .arg(1)
             .arg(value_text(value, token))
             .arg(version)
             .arg(1000)
             .arg(token)
-            .arg(marker_text(expect))
-            .arg("")
             .invoke(&mut self.con)
-            .expect("lock_extend.lua runs")
+            .expect("lock_extend.lua runs");
+        match reply {
+            redis::Value::Int(status) => status as i8,
+            redis::Value::Array(statuses) => match statuses.get(1) {
+                Some(redis::Value::Int(status)) => *status as i8,
+                other => panic!("lock_extend.lua: no status for the lease: {other:?}"),
+            },
+            other => panic!("lock_extend.lua: unexpected reply {other:?}"),
+        }
     }
 
     fn release(&mut self, value: u8, token: u8) -> bool {

@@ -55,7 +55,11 @@ pub(crate) struct Inner {
     pub(crate) majority: Majority,
     /// Cached verdicts (cluster adoption, voting, quarantine).
     verdicts: std::sync::Mutex<Option<Arc<Verdicts>>>,
+    /// One shared instance per type, for the layers above (the lock's extension batcher).
+    shared: std::sync::Mutex<SharedMap>,
 }
+
+type SharedMap = std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,6 +72,19 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// This client's one instance of `T`, made on first use: state that every handle on this
+    /// client shares (the lock's extension batcher), without this layer knowing the type.
+    pub(crate) fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut map = self.inner.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let any = map
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()))
+            .clone();
+        // The entry for T's id holds a T.
+        any.downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(T::default()))
+    }
+
     /// Validate `config`, log its warnings, and open connections to every node concurrently
     /// (waiting at most one node timeout). Unreachable nodes are not an error here: they are
     /// retried on every operation. Quarantined nodes are repaired; on a brand-new cluster
@@ -133,6 +150,7 @@ impl Client {
                 config,
                 nodes,
                 verdicts: std::sync::Mutex::new(None),
+                shared: std::sync::Mutex::new(SharedMap::new()),
             }),
         };
         let warmup = client

@@ -150,6 +150,35 @@ pub(super) fn expired_at_check(valid_until: Instant, now: Instant, margin: Durat
     valid_until <= now + margin
 }
 
+/// Whether a node's `lock_extend.lua` status for one lease is an extension: 1 (extended) or
+/// 2 (the missing copy re-created).
+pub(super) fn extension_applied(status: i64) -> bool {
+    matches!(status, 1 | 2)
+}
+
+/// Lease `i`'s count in an extension call, from the statuses of the nodes that replied:
+/// (nodes that extended it, nodes that hold another value or a higher fence for it). A node
+/// whose reply lacks the lease counts as neither.
+pub(super) fn lease_counts<'a>(
+    replies: impl Iterator<Item = &'a [i64]>,
+    i: usize,
+) -> (usize, usize) {
+    replies.fold((0, 0), |(applied, conflicts), statuses| {
+        match statuses.get(i) {
+            Some(s) if extension_applied(*s) => (applied + 1, conflicts),
+            Some(0 | -2) => (applied, conflicts + 1),
+            _ => (applied, conflicts),
+        }
+    })
+}
+
+/// How long a lease's extension may wait for others to share its call: a thirtieth of the
+/// TTL, at most 100 ms. The watchdog extends at TTL/3 and signals loss a margin before the
+/// validity ends, so this delay is a small part of the slack.
+pub(super) fn gather(ttl: Duration) -> Duration {
+    (ttl / 30).min(Duration::from_millis(100))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +383,28 @@ mod tests {
             ..watchdog(now, until)
         };
         assert!(matches!(tick(not_yet), Tick::Wait { .. }));
+    }
+
+    #[test]
+    fn each_lease_in_a_batch_is_counted_on_its_own_statuses() {
+        let replies: [&[i64]; 3] = [&[1, 0, -2], &[2, 1, 1], &[1, 1]];
+        assert_eq!(lease_counts(replies.iter().copied(), 0), (3, 0));
+        assert_eq!(lease_counts(replies.iter().copied(), 1), (2, 1));
+        assert_eq!(
+            lease_counts(replies.iter().copied(), 2),
+            (1, 1),
+            "a higher fence is a conflict; a short reply counts as neither"
+        );
+        assert_eq!(lease_counts(std::iter::empty(), 0), (0, 0));
+    }
+
+    #[test]
+    fn an_extension_waits_for_company_a_thirtieth_of_the_ttl_at_most_100_ms() {
+        assert_eq!(gather(Duration::from_secs(10)), Duration::from_millis(100));
+        assert_eq!(
+            gather(Duration::from_millis(900)),
+            Duration::from_millis(30)
+        );
+        assert_eq!(gather(Duration::ZERO), Duration::ZERO);
     }
 }

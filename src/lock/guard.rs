@@ -15,57 +15,38 @@ pub enum LeaseStatus {
 }
 
 impl Lock {
-    /// Extend on every voting node with the next version (re-creating a missing copy where
-    /// safe). `Ok(new valid_until)` when a majority applied it within the current validity;
-    /// `Err(true)` on conflict (no majority can ever extend); `Err(false)` otherwise.
+    /// Extend this lease on every voting node with the next version (re-creating a missing
+    /// copy where safe): alone and at once, or (`batched`) in the client's next extension
+    /// call with its other leases due about now (see [`extend`](super::extend)).
     pub(super) async fn send_extend(
         &self,
         value: &Arc<str>,
         token: FencingToken,
         version: u64,
         valid_until: Instant,
-    ) -> Result<Stamp, (bool, String)> {
+        batched: bool,
+    ) -> extend::Outcome {
         let inner = &self.inner;
-        let [key, fence, marker, floor, legacy_floor] = self.lease_keys();
-        let step = script_call(&LOCK_EXTEND, Guard::Marker)
-            .key(key)
-            .key(fence)
-            .key(marker)
-            .key(floor)
-            .key(legacy_floor)
-            .arg(&**value)
-            .arg(version)
-            .arg(inner.ttl.as_millis() as u64)
-            .arg(token.get())
-            .marker()
-            .arg(if inner.server_clock { "x" } else { "" })
-            .decode(|_, v| decode_extension(v));
-        let start = Stamp::now();
-        let request = Request::vote("lock.extend").within(inner.node_deadline);
-        let tally = inner.client.send(request, step).await;
-        let recreated = tally.replies().filter(|(_, r)| **r).count();
-        if recreated > 0 {
-            tracing::debug!(lock = %inner.name, recreated, "extension re-created missing copies");
-        }
-        let m = tally.majority();
-        match lease::judge_extension(
-            tally.applied(),
-            tally.rejected(),
-            m.nodes(),
-            m.needed(),
-            Instant::now(),
+        let item = extend::Item {
+            key: inner.key.clone(),
+            fence: inner.fence_key.clone(),
+            floor: inner.floor_key.clone(),
+            value: value.clone(),
+            version,
+            ttl: inner.ttl,
+            token: token.get(),
             valid_until,
-        ) {
-            ExtendVerdict::Extended => Ok(start.after(lease::validity(inner.ttl))),
-            verdict => {
-                let why =
-                    NoQuorum::from_tally("lock.extend", &tally, inner.client.node_urls(), |_| {
-                        "held by another value".into()
-                    })
-                    .to_string();
-                Err((verdict == ExtendVerdict::Conflict, why))
-            }
+        };
+        let (client, deadline, server_clock) =
+            (&inner.client, inner.node_deadline, inner.server_clock);
+        if batched {
+            let batcher = client.shared::<extend::Batcher>();
+            return batcher.extend(client, item, deadline, server_clock).await;
         }
+        let mut outcomes = extend::send(client, &[item], deadline, server_clock).await;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err((false, "lock.extend: no outcome".into())))
     }
 }
 
@@ -217,7 +198,7 @@ impl LockGuard {
     /// Cancel-safe: a dropped extension may have reached some nodes, which only lengthens
     /// the copies there; the validity this guard reports is unchanged by it.
     pub async fn extend(&self) -> Result<(), Error> {
-        extend_once(&self.shared)
+        extend_once(&self.shared, false)
             .await
             .map_err(|reason| Error::LeaseLost {
                 name: self.name().to_string(),
@@ -302,7 +283,11 @@ impl LeaseShared {
     }
 }
 
-pub(super) async fn extend_once(shared: &Arc<LeaseShared>) -> Result<(), LossReason> {
+/// One extension of the lease (`batched`: in the client's next extension call).
+pub(super) async fn extend_once(
+    shared: &Arc<LeaseShared>,
+    batched: bool,
+) -> Result<(), LossReason> {
     if let LeaseStatus::Lost(reason) = &*shared.status.borrow() {
         return Err(reason.clone());
     }
@@ -310,7 +295,13 @@ pub(super) async fn extend_once(shared: &Arc<LeaseShared>) -> Result<(), LossRea
     let version = shared.version.fetch_add(1, Ordering::AcqRel) + 1;
     match shared
         .lock
-        .send_extend(&shared.value, shared.token, version, times.valid_until())
+        .send_extend(
+            &shared.value,
+            shared.token,
+            version,
+            times.valid_until(),
+            batched,
+        )
         .await
     {
         // An extension decided after the loss was signalled does not revive the lease.
@@ -384,7 +375,7 @@ pub(super) async fn watchdog(shared: Arc<LeaseShared>) {
                     continue;
                 }
                 let attempt = tokio::select! {
-                    r = extend_once(&shared) => Some(r),
+                    r = extend_once(&shared, true) => Some(r),
                     _ = tokio::time::sleep_until(signal_at) => None,
                     _ = shared.stop.cancelled() => return,
                 };

@@ -14,6 +14,7 @@
 
 mod acquire;
 mod decide;
+mod extend;
 mod guard;
 mod holder;
 mod steps;
@@ -318,4 +319,4 @@ pub use crate::lease::LossReason;
 pub use guard::{LeaseStatus, LockGuard};
 pub use holder::Holder;
 use holder::ReleaseWatch;
-use steps::{decode_extension, AcquireStep, Grant, GrantStatus};
+use steps::{AcquireStep, Grant, GrantStatus};

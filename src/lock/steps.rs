@@ -103,17 +103,6 @@ pub(super) fn decode_grant(
     })
 }
 
-/// A node's answer to `lock_extend.lua`: applied (re-created a missing copy: `true`), marker
-/// stale (unknown), or held by another value.
-pub(super) fn decode_extension(v: redis::Value) -> redis::RedisResult<NodeOutcome<bool>> {
-    let status: i64 = redis::from_redis_value(v)?;
-    Ok(match status {
-        1 | 2 => NodeOutcome::Applied(status == 2),
-        -1 => NodeOutcome::Unknown(UnknownCause::Excluded("marker missing or stale".into())),
-        _ => NodeOutcome::Rejected(false),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,27 +204,6 @@ mod tests {
         assert!(
             step.decode_for_tests(&ctx(), Value::Int(1)).is_err(),
             "a malformed reply is an error, so the node's outcome is unknown"
-        );
-    }
-
-    #[test]
-    fn extensions_decode_applied_recreated_stale_and_conflict() {
-        assert_eq!(
-            decode_extension(Value::Int(1)).ok(),
-            Some(NodeOutcome::Applied(false))
-        );
-        assert_eq!(
-            decode_extension(Value::Int(2)).ok(),
-            Some(NodeOutcome::Applied(true)),
-            "2: a missing copy was re-created"
-        );
-        assert!(matches!(
-            decode_extension(Value::Int(-1)),
-            Ok(NodeOutcome::Unknown(_))
-        ));
-        assert_eq!(
-            decode_extension(Value::Int(0)).ok(),
-            Some(NodeOutcome::Rejected(false))
         );
     }
 }

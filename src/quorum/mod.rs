@@ -240,6 +240,12 @@ impl<T> Tally<T> {
         self
     }
 
+    /// Whether lost replies count as applied (the test-only switch), for callers that count
+    /// per item of a batched reply themselves.
+    pub(crate) fn counts_lost_replies(&self) -> bool {
+        self.lost_counted
+    }
+
     /// The majority this tally was counted against.
     pub fn majority(&self) -> Majority {
         self.majority

@@ -1,59 +1,80 @@
--- lock_extend.lua: extend a lease this holder still has, bumping its version, and re-create the
--- copy on a node that lacks it (it missed the grant, or lost it) when that is safe.
+-- lock_extend.lua: extend leases this holder still has, bumping their versions, and re-create
+-- a copy on a node that lacks it (it missed the grant, or lost it) when that is safe. One call
+-- extends a batch of leases (one lease, or every lease of a client due at about the same time):
+-- each lease is judged on its own, exactly as if it were alone.
 --
--- KEYS[1]  lock key (rq:lock:<name>), see lock_acquire.lua.
--- KEYS[2]  fence key (rq:fence:<name>).
--- KEYS[3]  node marker (rq:marker).
--- KEYS[4]  the lock's fence floor bucket (rq:floor:<bucket>), see lock_acquire.lua.
--- KEYS[5]  the earlier release's single fence floor (rq:floor), see lock_acquire.lua.
--- ARGV[1]  the holder's value (as passed to lock_acquire.lua).
--- ARGV[2]  the extension's version: an integer the holder raises with every extension.
--- ARGV[3]  ttl in milliseconds, integer >= 1.
--- ARGV[4]  the holder's fencing token.
--- ARGV[5]  expected marker (the run_id seen at connect), or "*" (test-only).
--- ARGV[6]  "x": TEST-ONLY unsafe mode (server-side expiry, never re-create), see lock_acquire.lua.
+-- KEYS[1]  node marker (rq:marker).
+-- KEYS[2]  the earlier release's single fence floor (rq:floor), see lock_acquire.lua.
+-- Then per lease i (from 0), three keys at KEYS[3 + 3i ..]:
+--   lock key (rq:lock:<name>), see lock_acquire.lua;
+--   fence key (rq:fence:<name>);
+--   the lock's fence floor bucket (rq:floor:<bucket>), see lock_acquire.lua.
+-- ARGV[1]  expected marker (the run_id seen at connect), or "*" (test-only).
+-- ARGV[2]  "x": TEST-ONLY unsafe mode (server-side expiry, never re-create), see lock_acquire.lua.
+-- Then per lease i, four arguments at ARGV[3 + 4i ..]:
+--   the holder's value (as passed to lock_acquire.lua);
+--   the extension's version: an integer the holder raises with every extension;
+--   ttl in milliseconds, integer >= 1;
+--   the holder's fencing token.
 --
--- Returns   1  the key held ARGV[1]: its version is now at least ARGV[2];
+-- Returns  -1  (an integer) marker missing or stale: nothing changed.
+--          Otherwise an array with one status per lease, in order:
+--           1  the key held the value: its version is now at least the given version;
 --           2  there was no key and the fence was at most the token: the copy was re-created
 --              (no later acquisition was granted on this node, so it blocks nobody entitled);
 --           0  the key holds another value (someone else's lease): nothing changed;
 --          -2  no key, and the fence (or its floor bucket, which other locks share) is above
---              the token: a later acquisition may have been granted here;
---          -1  marker missing or stale: nothing changed.
-local version = rq_arg(ARGV[2], 'lock_extend version')
-local ttl = rq_arg(ARGV[3], 'lock_extend ttl')
-local token = rq_arg(ARGV[4], 'lock_extend token')
-if version < 1 or ttl < 1 or token < 1 then
-  return redis.error_reply('ERR rq lock_extend: bad version, ttl or token')
+--              the token: a later acquisition may have been granted here.
+--          An error reply for malformed arguments, before anything changed.
+local leases = (#KEYS - 2) / 3
+if leases < 1 or leases ~= math.floor(leases) or #ARGV ~= 2 + 4 * leases then
+  return redis.error_reply('ERR rq lock_extend: keys and arguments do not form whole leases')
 end
-if ARGV[5] ~= '*' and redis.call('GET', KEYS[3]) ~= ARGV[5] then
+for i = 0, leases - 1 do
+  local a = 3 + 4 * i
+  local version = rq_arg(ARGV[a + 1], 'lock_extend version')
+  local ttl = rq_arg(ARGV[a + 2], 'lock_extend ttl')
+  local token = rq_arg(ARGV[a + 3], 'lock_extend token')
+  if version < 1 or ttl < 1 or token < 1 then
+    return redis.error_reply('ERR rq lock_extend: bad version, ttl or token')
+  end
+end
+if ARGV[1] ~= '*' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local cur = redis.call('HGET', KEYS[1], 'v')
-if cur == ARGV[1] then
-  local n = rq_stored(redis.call('HGET', KEYS[1], 'n'), KEYS[1] .. ' n')
-  if version > n then
-    redis.call('HSET', KEYS[1], 'n', ARGV[2], 't', ARGV[3])
+local legacy_floor = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
+local out = {}
+for i = 0, leases - 1 do
+  local k = 3 + 3 * i
+  local lock, fence_key, bucket = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local a = 3 + 4 * i
+  local value, version, ttl, token = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local status
+  local cur = redis.call('HGET', lock, 'v')
+  if cur == value then
+    local n = rq_stored(redis.call('HGET', lock, 'n'), lock .. ' n')
+    if tonumber(version) > n then
+      redis.call('HSET', lock, 'n', version, 't', ttl)
+    end
+    if ARGV[2] == 'x' then
+      redis.call('PEXPIRE', lock, tonumber(ttl))
+    end
+    status = 1
+  elseif cur or ARGV[2] == 'x' then
+    status = 0
+  else
+    local fence = math.max(rq_stored(redis.call('GET', fence_key), fence_key),
+      rq_stored(redis.call('GET', bucket), bucket), legacy_floor)
+    if fence > tonumber(token) then
+      status = -2
+    else
+      redis.call('HSET', lock, 'v', value, 'n', version, 't', ttl)
+      if fence < tonumber(token) then
+        redis.call('SET', fence_key, token)
+      end
+      status = 2
+    end
   end
-  if ARGV[6] == 'x' then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
-  return 1
+  out[#out + 1] = status
 end
-if cur then
-  return 0
-end
-if ARGV[6] == 'x' then
-  return 0
-end
-local fence = math.max(rq_stored(redis.call('GET', KEYS[2]), KEYS[2]),
-  rq_stored(redis.call('GET', KEYS[4]), KEYS[4]),
-  rq_stored(redis.call('GET', KEYS[5]), KEYS[5]))
-if fence > token then
-  return -2
-end
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', ARGV[2], 't', ARGV[3])
-if fence < token then
-  redis.call('SET', KEYS[2], ARGV[4])
-end
-return 2
+return out
