@@ -16,6 +16,7 @@ use redquorum_testkit::LocalNodes;
 use support::profile::{Node, Profile};
 use support::{measure, Figures};
 
+use futures::StreamExt;
 use redquorum::{Client, Config, Lock};
 
 /// Lock indexes free to take: a cycle takes one and puts it back, so no two concurrent cycles
@@ -124,6 +125,11 @@ async fn main() {
         row("redquorum Lock", f);
         return;
     }
+    let held_only = args.iter().any(|a| a == "--held");
+    if held_only {
+        held(quick).await;
+        return;
+    }
     println!("redquorum lock benchmark vs rslock 0.10: {:?} per measurement, local redis-server nodes (AOF always)", dur);
     let mut summary = Vec::new();
     for n in [3usize, 5, 7] {
@@ -215,11 +221,72 @@ async fn main() {
         let _ = g.release().await;
         std::mem::drop(holder);
     }
+    held(quick).await;
     println!("\nsummary: N callers state | redquorum cycles/s p50 p99 | rslock cycles/s p50 p99");
     for (n, callers, state, a, b) in summary {
         println!(
             "  {n} {callers:>2} {state:<8} | {:>7.0} {:>7.2} {:>7.2} | {:>7.0} {:>7.2} {:>7.2}",
             a.ids_per_s, a.p50_ms, a.p99_ms, b.ids_per_s, b.p50_ms, b.p99_ms
         );
+    }
+}
+
+/// Cost as held leases grow: one client holds 1, 100 and 10,000 leases (TTL 10 s, so each
+/// extends every 3.3 s) on N = 3; over a window of several extension periods, the script calls
+/// per second on each node (extensions of leases due together share one call) and the
+/// client's CPU.
+async fn held(quick: bool) {
+    let nodes = LocalNodes::start(3);
+    let probes: Vec<Node> = (0..3)
+        .map(|i| Node {
+            url: nodes.url(i),
+            pid: nodes.pid(i),
+        })
+        .collect();
+    let window = Duration::from_secs(if quick { 4 } else { 10 });
+    let ttl = Duration::from_secs(10);
+    println!(
+        "\nheld leases: one client, TTL {} s, N = 3, measured over {} s",
+        ttl.as_secs(),
+        window.as_secs()
+    );
+    for count in [1usize, 100, 10_000] {
+        let client = Client::connect(Config::from_urls(nodes.urls()).unwrap())
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let guards: Vec<_> = futures::stream::iter(0..count)
+            .map(|i| {
+                let client = client.clone();
+                async move {
+                    Lock::new(&client, &format!("held-{count}-{i}"), ttl)
+                        .unwrap()
+                        .acquire(Duration::from_secs(30))
+                        .await
+                        .expect("a free lock")
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let acquired_in = started.elapsed();
+        // Let the first extensions spread out from the acquisition burst.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let p = Profile::start(&probes, &["evalsha"]).await;
+        tokio::time::sleep(window).await;
+        let r = p.finish().await;
+        let held = guards.iter().filter(|g| g.is_held()).count();
+        let per_node: Vec<String> = r.nodes.iter().map(|n| format!("{:.1}", n.1)).collect();
+        println!(
+            "  {count:>6} leases: script calls/s per node [{}], client {:.1}% of one core; {held} held; acquired in {:.1} s",
+            per_node.join(", "),
+            r.client_cores * 100.0,
+            acquired_in.as_secs_f64()
+        );
+        futures::stream::iter(guards)
+            .map(|g| async move { g.release().await })
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+            .await;
     }
 }
