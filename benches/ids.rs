@@ -378,6 +378,38 @@ async fn main() {
             summary.push((n, callers, ours, seed_f, incr, floor));
         }
 
+        // Contention between processes: 8 clients (separate connections and generators, as
+        // separate processes would have) share one sequence, 8 callers each. Each client's
+        // writes land above the others' spares, so their reads fail; the spare policy then
+        // stops reserving spares for a while. Against the write path alone.
+        if n > 1 {
+            println!(" 8 clients x 8 callers, one sequence:");
+            for lookahead in [redquorum::DEFAULT_LOOKAHEAD, 0] {
+                let mut gens = Vec::new();
+                for _ in 0..8 {
+                    let c = Client::connect(Config::from_urls(&urls).expect("urls"))
+                        .await
+                        .expect("client");
+                    let options = IdOptions::default()
+                        .with_lookahead(lookahead)
+                        .expect("valid");
+                    gens.push(
+                        IdGenerator::with_options(&c, &format!("shared-{n}-{lookahead}"), options)
+                            .expect("name"),
+                    );
+                }
+                let gens = Arc::new(gens);
+                let turn = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                let f = measure(64, dur, move || {
+                    let i = turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 8;
+                    let gen = gens[i].clone();
+                    async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }
+                })
+                .await;
+                row(&format!("redquorum, lookahead {lookahead}"), f);
+            }
+        }
+
         // Where the time goes at 64 callers: ours, then INCR, each measured again under the
         // profile (perf counting fsyncs costs a little).
         if n > 1 {

@@ -569,7 +569,11 @@ async fn a_clients_many_leases_share_extension_calls_and_each_is_judged_alone() 
     let mut guards = Vec::new();
     for i in 0..100 {
         let lock = Lock::new(&c, &format!("batch-{i}"), ttl).unwrap();
-        guards.push(lock.acquire(Duration::from_secs(2)).await.expect("free lock"));
+        guards.push(
+            lock.acquire(Duration::from_secs(2))
+                .await
+                .expect("free lock"),
+        );
     }
     let before = evalsha_calls(cluster.node(0)).await;
     let hold = Instant::now();

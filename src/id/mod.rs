@@ -147,6 +147,10 @@ struct State {
     spare: Option<decide::Spare>,
     /// Whether the next write round reserves spare IDs.
     spare_policy: decide::SparePolicy,
+    /// A write round that reserves spare IDs is in flight: no other round starts until it
+    /// ends (its block would land above the current spare and fail the spare's reads; the
+    /// callers waiting meanwhile are served from the new spare).
+    spare_writing: bool,
 }
 
 struct Waiter {
@@ -366,6 +370,9 @@ impl Generator {
         let mut st = self.state();
         // Callers that gave up before their round started need no IDs.
         st.queue.retain(|w| !w.tx.is_closed());
+        if st.spare_writing {
+            return None;
+        }
         let mut total = 0u64;
         let mut batch = Vec::new();
         while let Some(w) = st.queue.front() {

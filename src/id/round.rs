@@ -52,7 +52,10 @@ impl Generator {
             );
             let mut st = self.state();
             st.known_max = st.known_max.max(guess);
-            st.spare = None;
+            // Drop this spare, not a newer one a write round installed meanwhile.
+            if st.spare.is_some_and(|s| s.end == end) {
+                st.spare = None;
+            }
         }
         self.state().spare_policy.read(valid);
         valid
@@ -61,13 +64,28 @@ impl Generator {
     /// Write rounds: reserve a block for `total` IDs (and the lookahead) and propose it until
     /// a majority accepts it; the IDs beyond `total` become the spare.
     async fn write(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
+        let lookahead = {
+            let mut st = self.state();
+            let lookahead = st.spare_policy.lookahead(self.lookahead);
+            st.spare_writing = lookahead > 0;
+            lookahead
+        };
+        let result = self.write_rounds(total, lookahead).await;
+        if lookahead > 0 {
+            self.state().spare_writing = false;
+            self.wakeup.notify_one();
+        }
+        result
+    }
+
+    /// The write rounds of one call, each reserving `lookahead` spare IDs.
+    async fn write_rounds(&self, total: u64, lookahead: u64) -> Result<RangeInclusive<u64>, Error> {
         let started = Instant::now();
         let mut rounds = decide::Rounds::default();
         let mut backoff = Duration::ZERO;
         // Whether any round so far may have been applied somewhere (a lost reply): then the
         // call's outcome is unknown even if its last round never reached those nodes.
         let mut maybe_applied = false;
-        let lookahead = self.state().spare_policy.lookahead(self.lookahead);
         loop {
             let round_started = Instant::now();
             let (base, last) = self.reserve(total + lookahead, rounds.contended)?;
