@@ -333,8 +333,8 @@ async fn main() {
                             .zip(markers.iter())
                             .map(|(c, m)| {
                                 let mut c = c.clone();
-                                let mut inv = script.key(&key);
-                                inv.key("rq:marker").arg(id).arg(id).arg(m.as_str());
+                                let mut inv = script.key("rq:marker");
+                                inv.key(&key).arg(m.as_str()).arg(id).arg(id);
                                 async move { inv.invoke_async::<(i64, u64)>(&mut c).await }
                             })
                             .collect();

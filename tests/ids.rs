@@ -437,11 +437,11 @@ async fn spare_story(validated: bool) -> Vec<IdCall> {
             .await
             .expect("the node is marked");
         let (status, _): (i64, u64) = script(include_str!("../src/scripts/id_propose.lua"))
-            .key("rq:id:spare")
             .key("rq:marker")
-            .arg(other)
-            .arg(other)
+            .key("rq:id:spare")
             .arg(&marker)
+            .arg(other)
+            .arg(other)
             .invoke_async(&mut con)
             .await
             .expect("id_propose.lua runs");
@@ -470,4 +470,65 @@ async fn without_the_validating_read_the_checker_catches_an_older_spare_id() {
     let calls = spare_story(false).await;
     let v = check_ids(&calls).expect_err("an unvalidated spare ID must break real-time order");
     println!("caught, as expected: {v}");
+}
+
+/// Script calls a node has run (`EVALSHA`), from `INFO commandstats`.
+async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
+    let mut con = node.direct_connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One client, 64 sequences, two callers each, every call a write round (no spare IDs): the
+/// proposals of different sequences due together share node calls (node 0 runs far fewer
+/// script calls than there were rounds), and each sequence's IDs are still unique and in
+/// real-time order, as if each had its own calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    let options = redquorum::IdOptions::default()
+        .with_lookahead(0)
+        .expect("valid");
+    let gens: Vec<IdGenerator> = (0..64)
+        .map(|i| IdGenerator::with_options(&client, &format!("many-{i}"), options.clone()))
+        .collect::<Result<_, _>>()
+        .expect("valid names");
+    let before = evalsha_calls(cluster.node(0)).await;
+    let seen = workload::run(&gens, 2, 6_000, Duration::from_secs(60)).await;
+    let calls_on_node = evalsha_calls(cluster.node(0)).await - before;
+    assert_eq!(seen.errors, 0, "a healthy cluster: {:?}", seen.first_error);
+    println!(
+        "{} calls of 64 sequences, {calls_on_node} script calls on node 0",
+        seen.calls.len()
+    );
+    assert!(
+        calls_on_node * 2 < seen.calls.len() as u64,
+        "proposals due together must share calls: {calls_on_node} script calls for {} rounds",
+        seen.calls.len()
+    );
+    for g in 0..64 {
+        let prefix = format!("gen{g}/");
+        let mine: Vec<IdCall> = seen
+            .calls
+            .iter()
+            .filter(|c| c.who.starts_with(&prefix))
+            .cloned()
+            .collect();
+        assert!(!mine.is_empty(), "sequence many-{g} made progress");
+        if let Err(v) = check_ids(&mine) {
+            panic!("sequence many-{g}: {v}");
+        }
+    }
 }

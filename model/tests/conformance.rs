@@ -10,6 +10,31 @@ const ID_PROPOSE: &str = concat!(
     include_str!("../../src/scripts/id_propose.lua")
 );
 
+/// One call of the script with two proposals, as the library batches sequences due together:
+/// another sequence's block first (it must change nothing about this one), then
+/// `base..=last` of the conformance sequence, whose status and value are returned.
+fn propose_real(
+    script: &redis::Script,
+    con: &mut redis::Connection,
+    base: u64,
+    last: u64,
+    expected: &str,
+) -> (i64, u64) {
+    let flat: Vec<i64> = script
+        .key("rq:marker")
+        .key("rq:id:other")
+        .key("rq:id:conformance")
+        .arg(expected)
+        .arg(base)
+        .arg(last)
+        .arg(base)
+        .arg(last)
+        .invoke(con)
+        .expect("the script runs");
+    assert_eq!(flat.len(), 4, "two integers per proposal: {flat:?}");
+    (flat[2], flat[3] as u64)
+}
+
 #[test]
 fn the_id_models_node_step_answers_as_id_propose_lua_does() {
     let nodes = LocalNodes::start(1);
@@ -43,14 +68,7 @@ fn the_id_models_node_step_answers_as_id_propose_lua_does() {
         (131, 131, marker),
     ];
     for (i, &(base, last, expected)) in calls.iter().enumerate() {
-        let (status, value): (i64, u64) = script
-            .key("rq:id:conformance")
-            .key("rq:marker")
-            .arg(base)
-            .arg(last)
-            .arg(expected)
-            .invoke(&mut con)
-            .expect("the script runs");
+        let (status, value) = propose_real(&script, &mut con, base, last, expected);
         let real = match status {
             1 => Reply::Accepted { previous: value },
             0 => Reply::Behind { current: value },
@@ -75,14 +93,7 @@ fn the_id_models_node_step_answers_as_id_propose_lua_does() {
         .arg("rq:marker")
         .query(&mut con)
         .expect("del");
-    let (status, _): (i64, u64) = script
-        .key("rq:id:conformance")
-        .key("rq:marker")
-        .arg(500u64)
-        .arg(500u64)
-        .arg(marker)
-        .invoke(&mut con)
-        .expect("the script runs");
+    let (status, _) = propose_real(&script, &mut con, 500, 500, marker);
     let mut wiped = Register {
         value: model.value,
         marked: false,

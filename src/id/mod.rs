@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::client::{script_call, Client, Guard, Request, Step};
 use crate::error::{Error, NoQuorum};
 use crate::keys::{fixed_key, KeyKind, Name};
+use crate::quorum::UnknownCause;
 use crate::quorum::{NodeOutcome, Tally};
 use crate::scripts::{ID_PROPOSE, VALUE_LIMIT};
 
@@ -34,6 +35,7 @@ pub const DEFAULT_LOOKAHEAD: u64 = 1024;
 /// Most spare IDs a write round may reserve.
 pub const MAX_LOOKAHEAD: u64 = 1 << 20;
 
+mod batch;
 mod decide;
 mod round;
 
@@ -127,7 +129,6 @@ struct Generator {
     client: Client,
     name: Name,
     key: String,
-    marker_key: String,
     high_water_key: String,
     max_jump: u64,
     max_attempts: u32,
@@ -271,7 +272,6 @@ impl IdGenerator {
                 client: client.clone(),
                 key,
                 name,
-                marker_key: fixed_key(KeyKind::Marker),
                 high_water_key,
                 max_jump: options.max_jump,
                 max_attempts: options.max_attempts,

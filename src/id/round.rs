@@ -37,8 +37,12 @@ impl Generator {
     /// The validating read of IDs from a spare ending at `end` (see [`decide::read_counts`]):
     /// whether a majority of voting nodes holds no value above `end`. Learns what it read.
     async fn validate(&self, end: u64) -> bool {
-        let step = read_step(&self.key, end, self.client.config().unvalidated_spares);
-        let tally = self.client.send(Request::vote("id.read"), step).await;
+        let unvalidated = self.client.config().unvalidated_spares;
+        let tally = self
+            .client
+            .shared::<batch::Batcher>()
+            .read(&self.client, &self.key, end, unvalidated)
+            .await;
         let valid = tally.reached();
         if !valid {
             let values: Vec<u64> = tally.replies().map(|(_, v)| *v).collect();
@@ -169,8 +173,10 @@ impl Generator {
     }
 
     async fn propose(&self, base: u64, last: u64) -> Tally<Reply> {
-        let step = propose_step(&self.key, &self.marker_key, base, last);
-        self.client.send(Request::vote("id.next"), step).await
+        self.client
+            .shared::<batch::Batcher>()
+            .propose(&self.client, &self.key, base, last)
+            .await
     }
 
     /// Update the guess for the next base from a round's replies (see [`decide::learn`]).
@@ -191,96 +197,10 @@ impl Generator {
     }
 }
 
-/// The validating read: `GET` of the sequence's register behind the node's marker (one
-/// atomic transaction). A node counts when it holds nothing above `end`; the value is what
-/// the generator learns. `unvalidated` (test-only) counts every node that answers.
-fn read_step(key: &str, end: u64, unvalidated: bool) -> Step<u64> {
-    let mut get = redis::cmd("GET");
-    get.arg(key);
-    Step::read(vec![get], move |_, v| {
-        let value = decode_register(v)?;
-        Ok(if unvalidated || decide::read_counts(value, end) {
-            NodeOutcome::Applied(value)
-        } else {
-            NodeOutcome::Rejected(value)
-        })
-    })
-}
-
-/// A register as `GET` returns it: absent is 0; anything but a decimal integer below 2^53 is
-/// an error (a corrupted register never validates anything).
-fn decode_register(v: redis::Value) -> redis::RedisResult<u64> {
-    let raw: Option<String> = redis::from_redis_value(v)?;
-    let Some(raw) = raw else { return Ok(0) };
-    match raw.parse::<u64>() {
-        Ok(n) if n < VALUE_LIMIT && n.to_string() == raw => Ok(n),
-        _ => Err(redis::RedisError::from((
-            redis::ErrorKind::Parse,
-            "the ID register holds no valid integer",
-            raw,
-        ))),
-    }
-}
-
 fn describe(r: &Reply) -> String {
     match r {
         Reply::Accepted { previous } => format!("accepted (was {previous})"),
         Reply::Behind { current } => format!("already at {current}"),
         Reply::Refused { current } => format!("refused: marker missing or stale (at {current})"),
-    }
-}
-
-/// `id_propose.lua`: set-if-less-than for the block `base..=last`, marker-guarded.
-fn propose_step(key: &str, marker_key: &str, base: u64, last: u64) -> Step<Reply> {
-    script_call(&ID_PROPOSE, Guard::Marker)
-        .key(key)
-        .key(marker_key)
-        .arg(base)
-        .arg(last)
-        .marker()
-        .decode(|_, v| decode_proposal(v))
-}
-
-/// A node's answer to a proposal: `{1, previous}` accepted, `{0, current}` behind,
-/// `{-1, current}` refused (marker).
-fn decode_proposal(v: redis::Value) -> redis::RedisResult<NodeOutcome<Reply>> {
-    let (status, value): (i64, u64) = redis::from_redis_value(v)?;
-    Ok(match status {
-        1 => NodeOutcome::Applied(Reply::Accepted { previous: value }),
-        0 => NodeOutcome::Rejected(Reply::Behind { current: value }),
-        _ => NodeOutcome::Rejected(Reply::Refused { current: value }),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::client::NodeCtx;
-    use redis::Value;
-
-    #[test]
-    fn a_proposal_compares_the_nodes_marker_and_decodes_every_status() {
-        let step = propose_step("rq:id:x", "rq:marker", 5, 9);
-        assert!(step.is_guarded());
-        assert_eq!(step.args_for_tests("r/c"), vec!["5", "9", "r/c"]);
-        let ctx = NodeCtx {
-            node: 0,
-            marker: "r/c".into(),
-            run_id: "r".into(),
-        };
-        let reply = |s: i64, v: i64| Value::Array(vec![Value::Int(s), Value::Int(v)]);
-        let cases = [
-            (1, NodeOutcome::Applied(Reply::Accepted { previous: 4 })),
-            (0, NodeOutcome::Rejected(Reply::Behind { current: 4 })),
-            (-1, NodeOutcome::Rejected(Reply::Refused { current: 4 })),
-        ];
-        for (status, want) in cases {
-            assert_eq!(
-                step.decode_for_tests(&ctx, reply(status, 4)).ok(),
-                Some(want),
-                "status {status}"
-            );
-        }
-        assert!(step.decode_for_tests(&ctx, Value::Nil).is_err());
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::clock::Stamp;
+use crate::quorum::{NodeOutcome, UnknownCause};
 
 /// What one acquisition round's tally says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,20 +157,17 @@ pub(super) fn extension_applied(status: i64) -> bool {
     matches!(status, 1 | 2)
 }
 
-/// Lease `i`'s count in an extension call, from the statuses of the nodes that replied:
-/// (nodes that extended it, nodes that hold another value or a higher fence for it). A node
-/// whose reply lacks the lease counts as neither.
-pub(super) fn lease_counts<'a>(
-    replies: impl Iterator<Item = &'a [i64]>,
-    i: usize,
-) -> (usize, usize) {
-    replies.fold((0, 0), |(applied, conflicts), statuses| {
-        match statuses.get(i) {
-            Some(s) if extension_applied(*s) => (applied + 1, conflicts),
-            Some(0 | -2) => (applied, conflicts + 1),
-            _ => (applied, conflicts),
-        }
-    })
+/// One lease's outcome on a node from its status in the node's answer to an extension call:
+/// applied (extended or re-created), rejected (another value, or a fence above the token:
+/// a conflict), or unknown when the answer lacks it.
+pub(super) fn lease_outcome(status: Option<&i64>) -> NodeOutcome<()> {
+    match status {
+        Some(s) if extension_applied(*s) => NodeOutcome::Applied(()),
+        Some(0 | -2) => NodeOutcome::Rejected(()),
+        _ => NodeOutcome::Unknown(UnknownCause::ServerError(
+            "the node's answer lacks this lease".into(),
+        )),
+    }
 }
 
 /// How long a lease's extension may wait for others to share its call: a thirtieth of the
@@ -386,16 +384,24 @@ mod tests {
     }
 
     #[test]
-    fn each_lease_in_a_batch_is_counted_on_its_own_statuses() {
-        let replies: [&[i64]; 3] = [&[1, 0, -2], &[2, 1, 1], &[1, 1]];
-        assert_eq!(lease_counts(replies.iter().copied(), 0), (3, 0));
-        assert_eq!(lease_counts(replies.iter().copied(), 1), (2, 1));
+    fn each_lease_in_a_batch_is_judged_on_its_own_status() {
+        assert_eq!(lease_outcome(Some(&1)), NodeOutcome::Applied(()));
         assert_eq!(
-            lease_counts(replies.iter().copied(), 2),
-            (1, 1),
-            "a higher fence is a conflict; a short reply counts as neither"
+            lease_outcome(Some(&2)),
+            NodeOutcome::Applied(()),
+            "re-created"
         );
-        assert_eq!(lease_counts(std::iter::empty(), 0), (0, 0));
+        assert_eq!(
+            lease_outcome(Some(&0)),
+            NodeOutcome::Rejected(()),
+            "another value"
+        );
+        assert_eq!(
+            lease_outcome(Some(&-2)),
+            NodeOutcome::Rejected(()),
+            "a higher fence is a conflict"
+        );
+        assert!(matches!(lease_outcome(None), NodeOutcome::Unknown(_)));
     }
 
     #[test]

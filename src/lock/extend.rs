@@ -91,26 +91,12 @@ pub(super) async fn send(
     let tally = client.send(request, step(items, server_clock)).await;
     let decided_at = Instant::now();
     let m = tally.majority();
-    let lost_counted = tally.counts_lost_replies();
-    let lost = tally
-        .results()
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.outcome,
-                NodeOutcome::Unknown(UnknownCause::Timeout | UnknownCause::ConnectionLost(_))
-            )
-        })
-        .count();
     items
         .iter()
         .enumerate()
         .map(|(i, it)| {
-            let (mut applied, conflicts) =
-                decide::lease_counts(tally.replies().map(|(_, s)| s.as_slice()), i);
-            if lost_counted {
-                applied += lost;
-            }
+            let lease = tally.item(|statuses: &Vec<i64>| decide::lease_outcome(statuses.get(i)));
+            let (applied, conflicts) = (lease.applied(), lease.rejected());
             match lease::judge_extension(
                 applied,
                 conflicts,

@@ -240,10 +240,46 @@ impl<T> Tally<T> {
         self
     }
 
-    /// Whether lost replies count as applied (the test-only switch), for callers that count
-    /// per item of a batched reply themselves.
-    pub(crate) fn counts_lost_replies(&self) -> bool {
-        self.lost_counted
+    /// The tally of item `i` of a batched operation, whose replies carry one entry per item:
+    /// `item` maps a node's reply to that item's outcome; a node without a reply keeps its
+    /// unknown outcome. Same majority, latencies and switches as this tally.
+    pub(crate) fn item<U>(&self, item: impl Fn(&T) -> NodeOutcome<U>) -> Tally<U> {
+        let results = self
+            .results
+            .iter()
+            .map(|r| NodeResult {
+                node: r.node,
+                outcome: match &r.outcome {
+                    NodeOutcome::Applied(t) | NodeOutcome::Rejected(t) => item(t),
+                    NodeOutcome::Unknown(cause) => NodeOutcome::Unknown(cause.clone()),
+                },
+                latency: r.latency,
+            })
+            .collect();
+        Tally {
+            majority: self.majority,
+            results,
+            elapsed: self.elapsed,
+            lost_counted: self.lost_counted,
+        }
+    }
+
+    /// The same tally with every reply mapped by `f` (outcomes, latencies and switches kept).
+    pub(crate) fn map<U>(self, f: impl Fn(T) -> U) -> Tally<U> {
+        Tally {
+            majority: self.majority,
+            results: self
+                .results
+                .into_iter()
+                .map(|r| NodeResult {
+                    node: r.node,
+                    outcome: r.outcome.map(&f),
+                    latency: r.latency,
+                })
+                .collect(),
+            elapsed: self.elapsed,
+            lost_counted: self.lost_counted,
+        }
     }
 
     /// The majority this tally was counted against.
@@ -415,5 +451,44 @@ mod tests {
         let never_sent: NodeOutcome<()> =
             NodeOutcome::Unknown(UnknownCause::Unreachable("refused".into()));
         assert!(!never_sent.may_have_applied());
+    }
+
+    #[test]
+    fn an_items_tally_judges_each_node_on_its_own_entry_and_keeps_the_unknowns() {
+        let results = vec![
+            NodeResult {
+                node: NodeId(0),
+                outcome: NodeOutcome::Applied(vec![true, false]),
+                latency: None,
+            },
+            NodeResult {
+                node: NodeId(1),
+                outcome: NodeOutcome::Rejected(vec![true, true]),
+                latency: None,
+            },
+            NodeResult {
+                node: NodeId(2),
+                outcome: NodeOutcome::Unknown(UnknownCause::Timeout),
+                latency: None,
+            },
+        ];
+        let tally = Tally::new(Majority::of(3), results, Duration::ZERO);
+        let item = |i: usize| {
+            tally.item(|v: &Vec<bool>| {
+                if v[i] {
+                    NodeOutcome::Applied(())
+                } else {
+                    NodeOutcome::Rejected(())
+                }
+            })
+        };
+        assert_eq!((item(0).applied(), item(0).rejected()), (2, 0));
+        assert!(item(0).reached());
+        assert_eq!((item(1).applied(), item(1).rejected()), (1, 1));
+        assert!(!item(1).reached());
+        assert!(matches!(
+            item(1).results()[2].outcome,
+            NodeOutcome::Unknown(UnknownCause::Timeout)
+        ));
     }
 }
