@@ -378,6 +378,55 @@ async fn main() {
             summary.push((n, callers, ours, seed_f, incr, floor));
         }
 
+        // Cost as sequences grow: the same 64 callers spread over 1, 100 and 1,000 sequences
+        // of one client (caller i on sequence i mod S); proposals and reads of sequences due
+        // together share node calls. With the fast path, and with write rounds only.
+        if n == 3 || only.is_some() {
+            let probes: Vec<Node> = (0..n)
+                .map(|i| Node {
+                    url: nodes.url(i),
+                    pid: nodes.pid(i),
+                })
+                .collect();
+            println!(" 64 callers over S sequences (node calls/s: script calls + reads, node 0):");
+            for lookahead in [redquorum::DEFAULT_LOOKAHEAD, 0] {
+                for seqs in [1usize, 100, 1000] {
+                    let options = IdOptions::default()
+                        .with_lookahead(lookahead)
+                        .expect("valid");
+                    let gens: Arc<Vec<IdGenerator>> = Arc::new(
+                        (0..seqs)
+                            .map(|s| {
+                                IdGenerator::with_options(
+                                    &client,
+                                    &format!("seqs-{n}-{lookahead}-{seqs}-{s}"),
+                                    options.clone(),
+                                )
+                                .expect("name")
+                            })
+                            .collect(),
+                    );
+                    let turn = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                    let p = Profile::start(&probes[..1], &["evalsha", "exec"]).await;
+                    let f = measure(64, dur, move || {
+                        let i = turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % seqs;
+                        let gen = gens[i].clone();
+                        async move { gen.next_id().await.map(|_| 1).map_err(|e| e.to_string()) }
+                    })
+                    .await;
+                    let r = p.finish().await;
+                    println!(
+                        "  lookahead {lookahead:>4}, {seqs:>4} sequences: {:>8.0} IDs/s   p50 {:>6.2} ms   node 0: {:>6.0} calls/s ({:.1} IDs per call), client {:.2} cores",
+                        f.ids_per_s,
+                        f.p50_ms,
+                        r.nodes[0].1,
+                        f.ids_per_s / r.nodes[0].1.max(1.0),
+                        r.client_cores
+                    );
+                }
+            }
+        }
+
         // Contention between processes: 8 clients (separate connections and generators, as
         // separate processes would have) share one sequence, 8 callers each. Each client's
         // writes land above the others' spares, so their reads fail; the spare policy then
