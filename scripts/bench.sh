@@ -2,15 +2,32 @@
 # Runs a benchmark against local redis-server nodes (installs Debian's redis-server if
 # missing; for the ID profile's fsync counts, Debian's linux-perf if it can).
 # Usage: scripts/bench.sh ids|locks|membership|repair|memory|distribution [--quick] [--nodes N]
+#        scripts/bench.sh etcd [--quick]
+# `etcd` compares with etcd 3.4 (three members on loopback) through the etcd-client crate:
+# the crate etcd-bench/, outside the workspace; it installs Debian's etcd-server and protoc
+# (protobuf-compiler, with libprotobuf-dev for the well-known .proto files) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench="${1:-ids}"; shift || true
 export DEBIAN_FRONTEND=noninteractive
-if ! command -v redis-server >/dev/null 2>&1; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-fi
+updated=
+# Install Debian packages (as root, quietly) unless `probe` already succeeds.
+install_missing() {
+    local probe="$1"; shift
+    if ! eval "$probe" >/dev/null 2>&1; then
+        if [ -z "$updated" ]; then apt-get update -qq; updated=1; fi
+        apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    fi
+}
+install_missing "command -v redis-server" redis-server
 if [ "$bench" = ids ] && ! command -v perf >/dev/null 2>&1; then
     apt-get install -y -qq --no-install-recommends linux-perf >/dev/null 2>&1 \
         || echo "bench: perf not installed; the profile will not count fsyncs"
+fi
+if [ "$bench" = etcd ]; then
+    install_missing "command -v etcd" etcd-server
+    install_missing "command -v protoc && test -f /usr/include/google/protobuf/descriptor.proto" \
+        protobuf-compiler libprotobuf-dev
+    exec cargo run --release --manifest-path etcd-bench/Cargo.toml -- "$@"
 fi
 cargo bench --bench "$bench" -- "$@"

@@ -47,8 +47,10 @@ impl Lock {
         let started = Instant::now();
         let deadline = started + wait;
         let released = Arc::new(Notify::new());
-        // Waiters listen for releases; a single try needs no subscription.
-        let _watch = (!wait.is_zero()).then(|| ReleaseWatch::start(&self.inner, released.clone()));
+        // Waiters listen for releases, from their first failed try on: a first try that wins
+        // (or a single try) needs no subscription. A release between that try and the
+        // subscription is only seen by the next poll (the hint shortens sleeps, nothing more).
+        let mut watch = None;
         loop {
             let err = match self.try_acquire().await {
                 Ok(g) => return Ok(g),
@@ -69,6 +71,9 @@ impl Lock {
                     },
                     other => other,
                 });
+            }
+            if watch.is_none() {
+                watch = Some(ReleaseWatch::start(&self.inner, released.clone()));
             }
             // A random delay longer than an acquisition takes, so waiters spread out.
             let base =

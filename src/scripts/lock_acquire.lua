@@ -67,7 +67,8 @@ end
 if fence >= token then
   return {-2, fence, value, version, cur_ttl}
 end
-redis.call('DEL', KEYS[1])
+-- A lease key holds only v, n and t (here, in lock_extend.lua and restore.lua): HSET replaces
+-- a swapped lease whole, with no DEL before it (one write less in the AOF).
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2])
 if ARGV[8] == 'x' then
   redis.call('PEXPIRE', KEYS[1], ttl)
