@@ -532,3 +532,66 @@ async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order()
         }
     }
 }
+
+/// Generators made one after another in one process (a generator per request) each start
+/// above the blocks the earlier ones reserved with their spare IDs: no lost round, no random
+/// jump, each first ID just above the previous generator's block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_generators_in_one_process_start_above_the_reserved_spares() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    let mut firsts = Vec::new();
+    for _ in 0..4 {
+        let gen = IdGenerator::new(&client, "per-request").expect("valid name");
+        firsts.push(gen.next_id().await.expect("a healthy cluster"));
+    }
+    let step = redquorum::DEFAULT_LOOKAHEAD + 1;
+    assert_eq!(
+        firsts,
+        vec![1, 1 + step, 1 + 2 * step, 1 + 3 * step],
+        "each fresh generator's first round starts just above the last reserved block"
+    );
+}
+
+/// Near the end of the sequence (2^53 - 1) the spare shrinks and a lost round's jump stays
+/// below the end: IDs keep coming, increasing, up to 2^53 - 1 itself, and only then does the
+/// generator report exhaustion. (The first round, proposed from 1, loses and jumps a random
+/// distance above the nodes' value; how many IDs remain after it varies.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_ids_below_two_to_the_53_are_handed_out_before_exhaustion() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+        .await
+        .expect("valid");
+    let limit: u64 = 1 << 53;
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        let _: () = redis::cmd("SET")
+            .arg("rq:id:near-the-end")
+            .arg(limit - 10)
+            .query_async(&mut con)
+            .await
+            .expect("SET");
+    }
+    let gen = IdGenerator::new(&client, "near-the-end").expect("valid name");
+    let mut got = Vec::new();
+    let end = loop {
+        match gen.next_id().await {
+            Ok(id) => got.push(id),
+            Err(e) => break e,
+        }
+        assert!(got.len() <= 9, "at most 9 IDs remain: {got:?}");
+    };
+    assert!(
+        matches!(end, Error::Exhausted { .. }),
+        "the sequence ends exhausted: {end:?}"
+    );
+    assert!(!got.is_empty(), "IDs remained below 2^53");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "increasing: {got:?}");
+    assert!(got[0] > limit - 10, "above the nodes' value: {got:?}");
+    assert_eq!(got.last(), Some(&(limit - 1)), "the last ID is 2^53 - 1");
+}

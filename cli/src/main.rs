@@ -426,7 +426,9 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             dist_watch(&client, &pool, id, opts, recorder).await
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
-            let ids = redquorum::IdGenerator::new(&client, &sequence)?
+            // One call per process: spare IDs would only become a gap.
+            let options = redquorum::IdOptions::default().with_lookahead(0)?;
+            let ids = redquorum::IdGenerator::with_options(&client, &sequence, options)?
                 .next_ids(count)
                 .await?;
             let mut out = String::with_capacity(ids.size_hint().0 * 12);

@@ -7,7 +7,7 @@
 //! A step says how a node's answer is guarded against a node that lost its data:
 //! - [`script_call`] with [`Guard::Marker`]: the script compares the marker atomically (the
 //!   expected marker travels as an argument, [`Arg::Marker`]);
-//! - [`Step::read`]: read commands pipelined behind a `GET rq:marker`, and an answer counts
+//! - [`Step::read`]: read commands behind a `GET rq:marker` in one MULTI/EXEC, and an answer counts
 //!   only when the marker is the expected one;
 //! - [`Guard::None`] with the reason it needs no check (a release of one's own copy, a repair
 //!   of a node that is quarantined precisely because its marker is missing, a PING).
@@ -153,17 +153,25 @@ pub(crate) struct NodeCtx {
 }
 
 impl NodeCtx {
-    /// Whether `marker` (as read in the same round trip) is the expected one.
+    /// Whether `marker` (as read in the same transaction) is the expected one.
     pub(crate) fn marker_holds(&self, marker: Option<&str>) -> bool {
         &*self.marker == "*" || marker == Some(&*self.marker)
     }
 }
 
+/// Why a read whose marker check failed does not count.
+const STALE: &str =
+    "its marker changed (data lost, or another server): it votes again once repaired";
+
 /// The outcome of a read whose marker check failed.
 pub(crate) fn stale<T>() -> NodeOutcome<T> {
-    NodeOutcome::Unknown(UnknownCause::Excluded(
-        "its marker changed (data lost, or another server): it votes again once repaired".into(),
-    ))
+    NodeOutcome::Unknown(UnknownCause::Excluded(STALE.into()))
+}
+
+/// Whether `outcome` is a read's failed marker check ([`stale`]): the node should be
+/// re-probed (and repaired if it lost its data).
+pub(crate) fn is_stale<T>(outcome: &NodeOutcome<T>) -> bool {
+    matches!(outcome, NodeOutcome::Unknown(UnknownCause::Excluded(why)) if why == STALE)
 }
 
 /// One argument of a node step.
@@ -334,7 +342,8 @@ pub(crate) fn script_call(script: &'static redis::Script, guard: Guard) -> Scrip
 }
 
 impl<T> Step<T> {
-    /// Read commands pipelined behind a read of the node's marker: the answer counts only
+    /// Read commands behind a read of the node's marker, in one MULTI/EXEC transaction (no
+    /// FLUSHALL can fall between them): the answer counts only
     /// when the marker is the expected one (a node emptied by FLUSHALL or swapped behind a
     /// proxy is caught at once). `decode` gets the one reply, or an array of the replies when
     /// there are several commands.

@@ -13,7 +13,7 @@ use crate::node::Node;
 use crate::quorum::fanout::{self, NodeCall};
 use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
 
-use super::request::{stale, Body, NodeCtx, Request, ScriptCall, Step, Steps};
+use super::request::{is_stale, stale, Body, NodeCtx, Request, ScriptCall, Step, Steps};
 use super::Client;
 
 /// One node's connection, handed to a [`Step::session`].
@@ -177,7 +177,14 @@ impl Client {
                 conn: lease.conn,
             };
             match run_step(nc, step).await {
-                Ok(outcome) => outcome,
+                Ok(outcome) => {
+                    if is_stale(&outcome) {
+                        // A node that lost its data without restarting (FLUSHALL): re-probe
+                        // it now, so it is quarantined and repaired before the next check.
+                        self.suspect_once(&node);
+                    }
+                    outcome
+                }
                 Err(e) => NodeOutcome::Unknown(node.failed(lease.generation, &e)),
             }
         })
@@ -224,6 +231,19 @@ impl Client {
                 claims.push((run_id.clone(), node.id.0));
                 None
             }
+        }
+    }
+
+    /// Re-probe `node` (one probe at a time), then repair it if the probe quarantined it.
+    fn suspect_once(&self, node: &Arc<Node>) {
+        if node.begin_reprobe() {
+            let (node, client) = (node.clone(), self.clone());
+            let timeout = self.inner.config.node_timeout;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, node.reprobe()).await;
+                node.end_reprobe();
+                client.spawn_repair(node.id.0);
+            });
         }
     }
 

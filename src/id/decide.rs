@@ -28,10 +28,13 @@ pub(super) fn reserve(
     rng: &mut impl Rng,
 ) -> Option<(u64, u64)> {
     let spread = if contended > 0 {
+        // Near 2^53 the jump shrinks so that the block still fits below it.
+        let room = (VALUE_LIMIT - 1).saturating_sub(floor.saturating_add(total));
         let range = total
             .saturating_mul(1u64 << contended.min(40))
             .saturating_add(64)
-            .min(max_jump);
+            .min(max_jump)
+            .min(room);
         rng.random_range(0..=range)
     } else {
         0
@@ -138,6 +141,12 @@ pub(super) struct Spare {
     pub(super) end: u64,
 }
 
+/// The spare IDs a block whose callers' part ends at `handed` may add: up to `lookahead`, but
+/// never reaching 2^53 (near the end the spare shrinks; the callers' IDs still fit).
+pub(super) fn room_for_spare(handed: u64, lookahead: u64) -> u64 {
+    lookahead.min((VALUE_LIMIT - 1).saturating_sub(handed))
+}
+
 /// The IDs a call of `total` takes from `spare`, and what is left of it: `None` when the
 /// spare is too small, or when its IDs are not above `high_water` (this process returned
 /// higher IDs from another generator of the sequence; a write round then goes above them).
@@ -181,15 +190,16 @@ pub(super) fn keep_higher(current: Option<Spare>, candidate: Spare) -> Option<Sp
 
 /// When to reserve spare IDs. A spare read fails when another process wrote above the spare
 /// (contention): then the spare only costs a round trip, so after each failed read the next
-/// write rounds reserve none, twice as many rounds after every failure in a row (up to
-/// [`MAX_SPARE_SKIP`]); one read that succeeds resets it.
+/// write calls reserve none, twice as many calls after every failure in a row (up to
+/// [`MAX_SPARE_SKIP`]); one read that succeeds resets it. Reads that fail only on this
+/// generator's own later block do not count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct SparePolicy {
     failures: u32,
     skip: u64,
 }
 
-/// Most write rounds in a row that reserve no spare after failed reads.
+/// Most write calls in a row that reserve no spare after failed reads.
 pub(super) const MAX_SPARE_SKIP: u64 = 256;
 
 impl SparePolicy {
@@ -240,6 +250,18 @@ mod tests {
                 "round {contended}: base {base}"
             );
             assert_eq!(last, base + 9);
+        }
+    }
+
+    #[test]
+    fn near_two_to_the_53_a_lost_round_jumps_only_as_far_as_the_block_fits() {
+        let mut r = rng();
+        for contended in 1..=20 {
+            assert_eq!(
+                reserve(VALUE_LIMIT - 3, 2, contended, 1 << 32, &mut r),
+                Some((VALUE_LIMIT - 2, VALUE_LIMIT - 1)),
+                "round {contended}"
+            );
         }
     }
 
@@ -372,6 +394,13 @@ mod tests {
         let (b, pause) = backoff(ms(8), ms(1), &mut r);
         assert_eq!(b, ms(10), "capped at 10 ms");
         assert!(pause <= ms(10));
+    }
+
+    #[test]
+    fn the_spare_shrinks_near_the_end_of_the_sequence() {
+        assert_eq!(room_for_spare(100, 1024), 1024);
+        assert_eq!(room_for_spare(VALUE_LIMIT - 11, 1024), 10);
+        assert_eq!(room_for_spare(VALUE_LIMIT - 1, 1024), 0);
     }
 
     #[test]

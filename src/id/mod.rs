@@ -130,6 +130,9 @@ struct Generator {
     name: Name,
     key: String,
     high_water_key: String,
+    /// The key of the highest block end this process's generators of the sequence had
+    /// accepted (a guess for the next base: spare IDs lie between it and the high-water mark).
+    reserved_key: String,
     max_jump: u64,
     max_attempts: u32,
     lookahead: u64,
@@ -272,6 +275,7 @@ impl IdGenerator {
                 client: client.clone(),
                 key,
                 name,
+                reserved_key: format!("{high_water_key}\u{0}reserved"),
                 high_water_key,
                 max_jump: options.max_jump,
                 max_attempts: options.max_attempts,

@@ -44,9 +44,13 @@ impl Generator {
             .read(&self.client, &self.key, end, unvalidated)
             .await;
         let valid = tally.reached();
+        // Whether another process wrote above the spare (not only this generator's own later
+        // block, sent before the read reached the nodes): only then are spares a poor bet.
+        let mut contended = false;
         if !valid {
             let values: Vec<u64> = tally.replies().map(|(_, v)| *v).collect();
             let known = self.state().known_max;
+            contended = values.iter().any(|v| *v > known);
             let (guess, _) = decide::learn(
                 &values,
                 tally.majority().needed(),
@@ -61,7 +65,9 @@ impl Generator {
                 st.spare = None;
             }
         }
-        self.state().spare_policy.read(valid);
+        if valid || contended {
+            self.state().spare_policy.read(valid);
+        }
         valid
     }
 
@@ -92,7 +98,7 @@ impl Generator {
         let mut maybe_applied = false;
         loop {
             let round_started = Instant::now();
-            let (base, last) = self.reserve(total + lookahead, rounds.contended)?;
+            let (base, handed, last) = self.reserve(total, lookahead, rounds.contended)?;
             let tally = self.propose(base, last).await;
             maybe_applied |= tally.results().iter().any(|r| r.outcome.may_have_applied());
             for (node, reply) in tally.replies() {
@@ -102,8 +108,8 @@ impl Generator {
             }
             let learned = self.learn(&tally, last);
             if tally.reached() {
-                let handed = last - lookahead;
                 raise_high_water(&self.high_water_key, handed, self.protected());
+                raise_high_water(&self.reserved_key, last, self.protected());
                 if handed < last {
                     let mut st = self.state();
                     let spare = decide::Spare {
@@ -150,22 +156,32 @@ impl Generator {
         }
     }
 
-    /// Reserve the next block under the state lock: a round sent concurrently proposes above
-    /// it.
-    fn reserve(&self, total: u64, contended: u32) -> Result<(u64, u64), Error> {
+    /// Reserve the next block under the state lock (`total` IDs for the callers, then up to
+    /// `lookahead` spare ones): a round sent concurrently proposes above it. Starts above what
+    /// this generator knows, what this process returned, and what this process's generators of
+    /// the sequence reserved. Returns the base, the callers' last ID and the block's last.
+    fn reserve(
+        &self,
+        total: u64,
+        lookahead: u64,
+        contended: u32,
+    ) -> Result<(u64, u64, u64), Error> {
         let mut st = self.state();
+        let protected = self.protected();
         let floor = st
             .known_max
-            .max(high_water(&self.high_water_key, self.protected()));
-        let (base, last) =
+            .max(high_water(&self.high_water_key, protected))
+            .max(high_water(&self.reserved_key, protected));
+        let (base, handed) =
             decide::reserve(floor, total, contended, self.max_jump, &mut rand::rng()).ok_or_else(
                 || Error::Exhausted {
                     sequence: self.name.as_str().to_string(),
                     limit: VALUE_LIMIT,
                 },
             )?;
+        let last = handed + decide::room_for_spare(handed, lookahead);
         st.known_max = last;
-        Ok((base, last))
+        Ok((base, handed, last))
     }
 
     fn protected(&self) -> bool {
