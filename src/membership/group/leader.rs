@@ -231,6 +231,7 @@ pub(super) async fn leader_step(
         }
         Ok(next) => {
             tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
+            hints::publish(shared).await;
             // Acknowledgements below an active view's token can never matter again (only a
             // later prepared view's, with a higher token, are read): drop them, so the hash
             // does not grow with every process that ever joined.

@@ -34,6 +34,7 @@ use super::register::{self, ViewRegister};
 use super::tables::Tables;
 
 mod beats;
+mod hints;
 mod leader;
 mod options;
 mod run;
@@ -188,6 +189,8 @@ struct Shared {
     beat_until: Mutex<Option<Stamp>>,
     /// Woken by every successful beat, so the loop reads the view and republishes at once.
     beaten: tokio::sync::Notify,
+    /// Woken by the leader's hint that it sealed a view ([`hints`]).
+    hinted: tokio::sync::Notify,
     /// The leader's watch over the group's beats.
     beats: Mutex<Beats>,
     /// How often the leader saw two live processes with one member ID.
@@ -297,6 +300,7 @@ impl Member {
             key: member_key(client, &member, &as_.key_suffix),
             beat_until: Mutex::new(None),
             beaten: tokio::sync::Notify::new(),
+            hinted: tokio::sync::Notify::new(),
             beats: Mutex::new(Beats::default()),
             duplicates: std::sync::atomic::AtomicUsize::new(0),
             duplicates_reported: Mutex::new(Vec::new()),

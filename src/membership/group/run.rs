@@ -17,26 +17,27 @@ struct Progress {
 /// The member's loop, until `stop`; then it leaves.
 pub(super) async fn member_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let interval = shared.opts.interval;
-    // Views are read every tick, so a prepared view is drained and acknowledged, and an
-    // acknowledged one activated, within a fraction of an interval.
-    let tick = interval / 8;
     // A membership lease outlives one missed beat by a quarter interval, so a crashed member's
     // lease is gone, and the view without it active, within two intervals.
     let lease = interval + interval / 4;
     let mut progress = Progress::default();
     let _beater = AbortOnDrop(tokio::spawn(beat_loop(shared.clone(), lease)));
     let _campaigner = AbortOnDrop(tokio::spawn(campaign(shared.clone(), stop.clone())));
+    let _hints = hints::watch(&shared);
     loop {
         if let Some(until) = frozen_until(&shared) {
             tokio::time::sleep_until(until).await;
         }
-        round(&shared, &mut progress, lease).await;
-        // Next round at the tick, or at once after a beat: an assignment's validity comes only
-        // from a beat sent before a view read, so a fresh beat needs a fresh read to count.
+        let settled = round(&shared, &mut progress, lease).await;
+        let busy = !settled || leader_term(&shared).is_some();
+        // Next round at the tick (see `decide::member_tick`), at once after a beat (an
+        // assignment's validity comes only from a beat sent before a view read, so a fresh beat
+        // needs a fresh read to count), or at once on the leader's hint of a new view.
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep(decide::member_tick(interval, busy)) => {}
             _ = shared.beaten.notified() => {}
+            _ = shared.hinted.notified() => {}
         }
     }
     drop(_campaigner);
@@ -60,8 +61,9 @@ async fn campaign(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 /// One round: read the view (leading if this member leads), publish the assignment it gives,
-/// drain and acknowledge a prepared view.
-async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
+/// drain and acknowledge a prepared view. Returns whether all is settled: the view read is
+/// active and this member drains nothing.
+async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) -> bool {
     // The validity an assignment may carry comes from a beat sent BEFORE the view read below
     // (the barrier's argument depends on it): snapshot it first.
     let beat_until = *shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
@@ -72,7 +74,7 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
             if beat_until.is_none_or(|u| u.passed()) {
                 publish(shared, None);
             }
-            return;
+            return false;
         }
     };
     let view = match leader_term(shared) {
@@ -99,7 +101,7 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
                 tracing::debug!(pool = %shared.group, member = %shared.key, error = %e, "cannot load this member's units");
                 publish(shared, None);
                 drain_and_ack(shared, progress, &view, &None).await;
-                return;
+                return false;
             }
         },
     };
@@ -119,6 +121,7 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) {
         progress.last_active = assignment.clone();
     }
     publish(shared, assignment);
+    view.state == ViewState::Active && progress.draining.is_none()
 }
 
 /// Drain and acknowledge a prepared view that takes over from one we worked under: first

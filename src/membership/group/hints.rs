@@ -1,0 +1,51 @@
+//! View-change hints: the leader publishes on the group's channel after every view it seals,
+//! and members subscribe on every node, so a member reads a new view at once instead of
+//! polling for it every eighth of an interval. A hint only wakes the loop early: nothing is
+//! decided from it, and a member that misses one reads the view at its next tick anyway (at
+//! most half an interval later, see [`decide::member_tick`]).
+
+use futures::StreamExt;
+
+use crate::quorum::NodeOutcome;
+
+use super::*;
+
+/// The group's hint channel.
+pub(super) fn channel(shared: &Shared) -> String {
+    format!("{}:views", shared.members_key)
+}
+
+/// Tell the group's members that a view was sealed (best effort: a hint).
+pub(super) async fn publish(shared: &Shared) {
+    let mut publish = redis::cmd("PUBLISH");
+    publish.arg(channel(shared)).arg(1);
+    let step = Step::unchecked(vec![publish], |_, _| Ok(NodeOutcome::Applied(())));
+    let _ = shared.client.send(Request::vote("group.hint"), step).await;
+}
+
+/// Listen on every node until dropped, waking the member's loop on each hint; a subscription
+/// that fails is tried again an interval later.
+pub(super) fn watch(shared: &Arc<Shared>) -> Vec<AbortOnDrop> {
+    shared
+        .client
+        .pubsub_clients()
+        .into_iter()
+        .map(|client| {
+            let shared = shared.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                let channel = channel(&shared);
+                loop {
+                    if let Ok(mut ps) = client.get_async_pubsub().await {
+                        if ps.subscribe(&channel).await.is_ok() {
+                            let mut messages = ps.on_message();
+                            while messages.next().await.is_some() {
+                                shared.hinted.notify_one();
+                            }
+                        }
+                    }
+                    tokio::time::sleep(shared.opts.interval).await;
+                }
+            }))
+        })
+        .collect()
+}
