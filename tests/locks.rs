@@ -604,3 +604,169 @@ async fn a_clients_many_leases_share_extension_calls_and_each_is_judged_alone() 
         "extensions must share calls: {calls} script calls on node 0"
     );
 }
+
+/// A copy of another holder's lease left on one node (a lost release reply, a repair's
+/// blocker: both happen).
+async fn plant_foreign_copy(cluster: &Cluster, node: usize, key: &str) {
+    let mut con = cluster.node(node).direct_connection().await;
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg("v")
+        .arg("stale-foreign-copy")
+        .arg("n")
+        .arg(1)
+        .arg("t")
+        .arg(1500)
+        .query_async(&mut con)
+        .await
+        .expect("HSET");
+}
+
+/// Lock x has another holder's leftover copy on node 1, lock y on node 2, and node 0 answers
+/// 40 ms late. Each lease alone extends on node 0 and the other clean node. Sharing calls,
+/// nodes 1 and 2 each refuse one of them: the call must still wait for node 0, which both
+/// need, instead of deciding at the first two answers. Returns whether x and y are held.
+async fn two_leases_each_refused_on_another_node(both: bool) -> (bool, bool) {
+    let cluster = Cluster::start(3).await;
+    let c = client(cluster.urls()).await;
+    plant_foreign_copy(&cluster, 1, "rq:lock:x").await;
+    plant_foreign_copy(&cluster, 2, "rq:lock:y").await;
+    let ttl = Duration::from_millis(1500);
+    let acquire = |name: &'static str| {
+        let c = c.clone();
+        async move {
+            Lock::new(&c, name, ttl)
+                .unwrap()
+                .acquire(Duration::from_secs(2))
+                .await
+                .expect("a majority is free")
+        }
+    };
+    let x = acquire("x").await;
+    let y = if both { Some(acquire("y").await) } else { None };
+    cluster.node(0).set_latency(Duration::from_millis(40));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    (x.is_held(), y.is_none_or(|g| g.is_held()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_refused_on_one_node_keeps_extending_on_a_slow_one() {
+    init_tracing();
+    assert_eq!(
+        two_leases_each_refused_on_another_node(false).await,
+        (true, true)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_sharing_a_call_each_wait_for_the_node_they_need() {
+    init_tracing();
+    assert_eq!(
+        two_leases_each_refused_on_another_node(true).await,
+        (true, true),
+        "(x held, y held): the shared call decided before the node both need answered"
+    );
+}
+
+/// A release while the watchdog's extension waits for company: the extension is withdrawn,
+/// so it does not re-create the released copies (which would block the lock for a TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_waiting_at_release_does_not_bring_the_lock_back() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let a = client(cluster.urls()).await;
+    let b = client(cluster.urls()).await;
+    let ttl = Duration::from_secs(3); // extends at 1 s, after gathering up to 100 ms
+    let g = Lock::new(&a, "zombie", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("a free lock");
+    tokio::time::sleep(Duration::from_millis(1040)).await;
+    assert!(g.release().await.unwrap(), "released on a majority");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut copies = 0;
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        let v: Option<String> = redis::cmd("HGET")
+            .arg("rq:lock:zombie")
+            .arg("v")
+            .query_async(&mut con)
+            .await
+            .expect("HGET");
+        copies += usize::from(v.is_some());
+    }
+    let got = Lock::new(&b, "zombie", ttl).unwrap().try_acquire().await;
+    assert!(
+        copies == 0 && got.is_ok(),
+        "the released lock came back: {copies} copies, the next try: {:?}",
+        got.err().map(|e| e.to_string())
+    );
+}
+
+/// A 90 ms lease beside a 3 s one in the same client: its extensions wait for company a
+/// thirtieth of its own TTL, not of the longer lease's, and it stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(cluster.urls()).await;
+    let _long = Lock::new(&c, "long", Duration::from_secs(3))
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("a free lock");
+    let short = Lock::new(&c, "short", Duration::from_millis(90))
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("a free lock");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        assert!(
+            short.is_held(),
+            "the 90 ms lease was lost after {:?}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// An explicit `extend()` while the watchdog's extension (one version lower) waits for
+/// company: the watchdog's then changes nothing on the nodes, and must not move the validity
+/// past the explicit one's (a watcher has seen that version since it was sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_overtaken_by_a_later_one_does_not_move_the_validity() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(cluster.urls()).await;
+    let ttl = Duration::from_secs(3);
+    let g = Lock::new(&c, "reorder", ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("a free lock");
+    tokio::time::sleep(Duration::from_millis(1010)).await; // the watchdog's extension waits
+    g.extend().await.expect("an explicit extension");
+    let after_explicit = g.valid_until();
+    let version = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            redis::cmd("HGET")
+                .arg("rq:lock:reorder")
+                .arg("n")
+                .query_async::<u64>(&mut con)
+                .await
+                .expect("HGET")
+        }
+    };
+    let mut con = cluster.node(0).direct_connection().await;
+    let n1 = version(&mut con).await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // the batch was sent and decided
+    let n2 = version(&mut con).await;
+    let moved = g.valid_until().saturating_duration_since(after_explicit);
+    assert!(
+        n2 != n1 || moved <= Duration::from_millis(20),
+        "the nodes hold the explicit extension's version {n1}, yet the validity moved {moved:?}"
+    );
+}

@@ -245,6 +245,7 @@ impl Client {
             Wait::All,
             calls,
             None,
+            None,
         )
         .await;
         tally

@@ -65,6 +65,33 @@ impl Client {
         request: Request,
         steps: impl Into<Steps<T>>,
     ) -> Tally<T> {
+        self.send_decided(request, steps, None).await
+    }
+
+    /// [`send`](Self::send) of a batch of `items` items: the fan-out ends only when every item
+    /// is decided (`outcome_of(reply, i)`: item `i`'s outcome on a node that replied), so a
+    /// node that refused one item still counts for the others, and a slower node is waited
+    /// for while some item needs it.
+    pub(crate) async fn send_items<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: impl Into<Steps<T>>,
+        items: usize,
+        outcome_of: impl Fn(&T, usize) -> NodeOutcome<()> + Send + Sync + 'static,
+    ) -> Tally<T> {
+        let majority = self.inner.majority;
+        let decider: fanout::Decider<T> = Arc::new(move |results, pending| {
+            crate::quorum::items_decision(majority, results, pending, items, &outcome_of)
+        });
+        self.send_decided(request, steps, Some(decider)).await
+    }
+
+    async fn send_decided<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: impl Into<Steps<T>>,
+        decider: Option<fanout::Decider<T>>,
+    ) -> Tally<T> {
         let Request {
             name,
             targets,
@@ -108,6 +135,7 @@ impl Client {
             wait,
             calls,
             report,
+            decider,
         )
         .await;
         #[cfg(feature = "test-util")]
@@ -181,7 +209,7 @@ impl Client {
                     if is_stale(&outcome) {
                         // A node that lost its data without restarting (FLUSHALL): re-probe
                         // it now, so it is quarantined and repaired before the next check.
-                        self.suspect_once(&node);
+                        self.suspect(node.id.0);
                     }
                     outcome
                 }
@@ -231,19 +259,6 @@ impl Client {
                 claims.push((run_id.clone(), node.id.0));
                 None
             }
-        }
-    }
-
-    /// Re-probe `node` (one probe at a time), then repair it if the probe quarantined it.
-    fn suspect_once(&self, node: &Arc<Node>) {
-        if node.begin_reprobe() {
-            let (node, client) = (node.clone(), self.clone());
-            let timeout = self.inner.config.node_timeout;
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(timeout, node.reprobe()).await;
-                node.end_reprobe();
-                client.spawn_repair(node.id.0);
-            });
         }
     }
 

@@ -151,10 +151,10 @@ struct State {
     spare: Option<decide::Spare>,
     /// Whether the next write round reserves spare IDs.
     spare_policy: decide::SparePolicy,
-    /// A write round that reserves spare IDs is in flight: no other round starts until it
-    /// ends (its block would land above the current spare and fail the spare's reads; the
-    /// callers waiting meanwhile are served from the new spare).
-    spare_writing: bool,
+    /// Write calls that reserve spare IDs in flight: while any is, no other round starts (its
+    /// block would land above the current spare and fail the spare's reads; the callers
+    /// waiting meanwhile are served from the new spare, after at most that call's retries).
+    spare_writing: usize,
 }
 
 struct Waiter {
@@ -374,7 +374,7 @@ impl Generator {
         let mut st = self.state();
         // Callers that gave up before their round started need no IDs.
         st.queue.retain(|w| !w.tx.is_closed());
-        if st.spare_writing {
+        if st.spare_writing > 0 {
             return None;
         }
         let mut total = 0u64;

@@ -77,12 +77,14 @@ impl Generator {
         let lookahead = {
             let mut st = self.state();
             let lookahead = st.spare_policy.lookahead(self.lookahead);
-            st.spare_writing = lookahead > 0;
+            if lookahead > 0 {
+                st.spare_writing += 1;
+            }
             lookahead
         };
         let result = self.write_rounds(total, lookahead).await;
         if lookahead > 0 {
-            self.state().spare_writing = false;
+            self.state().spare_writing -= 1;
             self.wakeup.notify_one();
         }
         result

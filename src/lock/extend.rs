@@ -1,7 +1,7 @@
 //! Extensions: one lease, or a client's many leases due at about the same time, in one
 //! `lock_extend.lua` call per node. Each lease in a batch is judged on its own nodes' statuses
-//! exactly as if it had been extended alone, and its new validity runs from the moment the
-//! batch was sent.
+//! exactly as if it had been extended alone (the fan-out waits until every lease is decided),
+//! and its new validity runs from the moment its version was taken, before it was queued.
 //!
 //! The watchdogs of one client's leases hand their extensions to the client's [`Batcher`],
 //! which sends what has gathered a short while after the first arrived ([`decide::gather`]:
@@ -28,6 +28,11 @@ pub(super) struct Item {
     pub(super) token: u64,
     /// The validity the lease had when the extension was asked for.
     pub(super) valid_until: Instant,
+    /// When this extension's version was taken: its validity runs from here, not from the
+    /// batch's send. (An extension with a later version may be sent first, during the gather
+    /// delay; this one then changes nothing on the nodes, and a watcher may have seen the
+    /// later version since before this batch was sent.)
+    pub(super) versioned_at: Stamp,
 }
 
 /// What an extension means for one lease: `Ok(new validity)` when a majority applied it
@@ -35,9 +40,9 @@ pub(super) struct Item {
 /// `Err(false)` otherwise; with the reason.
 pub(super) type Outcome = Result<Stamp, (bool, String)>;
 
-/// `lock_extend.lua` for `items`, marker-guarded. A node's outcome is applied when every
-/// lease in it was extended there, rejected (with the statuses) when some was not, unknown
-/// when its marker is stale.
+/// `lock_extend.lua` for `items`, marker-guarded. A node's outcome is applied when it answered
+/// (each lease is then judged on its own status, [`decide::lease_outcome`]), unknown when its
+/// marker is stale.
 pub(super) fn step(items: &[Item], server_clock: bool) -> Step<Vec<i64>> {
     let mut call = script_call(&LOCK_EXTEND, Guard::Marker)
         .marker_key()
@@ -72,11 +77,7 @@ pub(super) fn decode(v: redis::Value, n: usize) -> redis::RedisResult<NodeOutcom
             format!("{} statuses for {n} leases", statuses.len()),
         )));
     }
-    Ok(if statuses.iter().all(|s| decide::extension_applied(*s)) {
-        NodeOutcome::Applied(statuses)
-    } else {
-        NodeOutcome::Rejected(statuses)
-    })
+    Ok(NodeOutcome::Applied(statuses))
 }
 
 /// Send one extension call for `items` (at most [`MAX_BATCH`]) and judge each lease.
@@ -86,9 +87,12 @@ pub(super) async fn send(
     deadline: Duration,
     server_clock: bool,
 ) -> Vec<Outcome> {
-    let start = Stamp::now();
     let request = Request::vote("lock.extend").within(deadline);
-    let tally = client.send(request, step(items, server_clock)).await;
+    let tally = client
+        .send_items(request, step(items, server_clock), items.len(), |s, i| {
+            decide::lease_outcome(s.get(i))
+        })
+        .await;
     let decided_at = Instant::now();
     let m = tally.majority();
     items
@@ -105,7 +109,7 @@ pub(super) async fn send(
                 decided_at,
                 it.valid_until,
             ) {
-                ExtendVerdict::Extended => Ok(start.after(lease::validity(it.ttl))),
+                ExtendVerdict::Extended => Ok(it.versioned_at.after(lease::validity(it.ttl))),
                 verdict => {
                     let why = format!(
                         "lock.extend: {applied} of {} nodes extended the lease, {} needed; {conflicts} hold another value or a higher fence{}",
@@ -129,6 +133,9 @@ pub(super) async fn send(
 #[derive(Default)]
 pub(super) struct Batcher {
     queue: Mutex<Queue>,
+    /// Woken on every queued extension, so the flusher recomputes when to send (a shorter
+    /// TTL may have arrived).
+    queued: Notify,
 }
 
 #[derive(Default)]
@@ -151,7 +158,9 @@ impl Batcher {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Extend `item` in the client's next batch and wait for its outcome.
+    /// Extend `item` in the client's next batch and wait for its outcome. Dropping the
+    /// future (the lease released, lost or dropped) withdraws the extension unless its call
+    /// is already being sent.
     pub(super) async fn extend(
         self: Arc<Self>,
         client: &Client,
@@ -173,6 +182,8 @@ impl Batcher {
         };
         if start {
             tokio::spawn(self.clone().flush(client.clone()));
+        } else {
+            self.queued.notify_one();
         }
         rx.await.unwrap_or_else(|_| {
             Err((
@@ -182,52 +193,86 @@ impl Batcher {
         })
     }
 
+    /// When the next batch is due: a gather delay after the earliest-due extension waiting
+    /// (withdrawn ones dropped), or `None` when nothing waits (the flusher then ends).
+    fn due(&self) -> Option<Instant> {
+        let mut q = self.queue();
+        q.waiting.retain(|w| !w.tx.is_closed());
+        let at = q
+            .waiting
+            .iter()
+            .map(|w| w.queued + decide::gather(w.item.ttl))
+            .min();
+        if at.is_none() {
+            q.flushing = false;
+        }
+        at
+    }
+
     /// Send what gathered, batch after batch, until nothing waits.
     async fn flush(self: Arc<Self>, client: Client) {
-        loop {
-            let send_at = {
-                let mut q = self.queue();
-                q.waiting.retain(|w| !w.tx.is_closed());
-                let first = q
-                    .waiting
-                    .iter()
-                    .map(|w| w.queued + decide::gather(w.item.ttl))
-                    .min();
-                match first {
-                    Some(at) => at,
-                    None => {
-                        q.flushing = false;
-                        return;
-                    }
-                }
-            };
-            tokio::time::sleep_until(send_at).await;
-            let batch = std::mem::take(&mut self.queue().waiting);
-            // One call per group of leases that share the call's settings.
-            let mut groups: HashMap<(Duration, bool), Vec<Waiting>> = HashMap::new();
-            for w in batch {
-                groups
-                    .entry((w.deadline, w.server_clock))
-                    .or_default()
-                    .push(w);
+        // If this task ends any other way (a panic, the runtime shutting down), the next
+        // extension starts a new flusher, and the waiting ones fail (their senders drop).
+        let mut reset = ResetOnDrop(self.clone(), false);
+        while let Some(at) = self.due() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => {}
+                _ = self.queued.notified() => continue,
             }
+            let mut batch = std::mem::take(&mut self.queue().waiting);
+            // Withdrawn while the batch gathered (released, lost or dropped): not sent.
+            batch.retain(|w| !w.tx.is_closed());
             let mut calls = futures::stream::FuturesUnordered::new();
-            for ((deadline, server_clock), group) in groups {
-                let mut group = group.into_iter().peekable();
-                while group.peek().is_some() {
-                    let chunk: Vec<Waiting> = group.by_ref().take(MAX_BATCH).collect();
-                    let client = client.clone();
-                    calls.push(async move {
-                        let items: Vec<Item> = chunk.iter().map(|w| w.item.clone()).collect();
-                        let outcomes = send(&client, &items, deadline, server_clock).await;
-                        for (w, outcome) in chunk.into_iter().zip(outcomes) {
-                            let _ = w.tx.send(outcome);
-                        }
-                    });
-                }
+            for ((deadline, server_clock), group) in group_calls(batch) {
+                let client = client.clone();
+                calls.push(async move {
+                    let items: Vec<Item> = group.iter().map(|w| w.item.clone()).collect();
+                    let outcomes = send(&client, &items, deadline, server_clock).await;
+                    for (w, outcome) in group.into_iter().zip(outcomes) {
+                        let _ = w.tx.send(outcome);
+                    }
+                });
             }
             while calls.next().await.is_some() {}
         }
+        // `due` found nothing waiting and cleared `flushing`: a new flusher may already run.
+        reset.1 = true;
+    }
+}
+
+/// The calls of one batch: leases that share the call's settings, at most [`MAX_BATCH`] each.
+fn group_calls(batch: Vec<Waiting>) -> Vec<((Duration, bool), Vec<Waiting>)> {
+    let mut groups: HashMap<(Duration, bool), Vec<Waiting>> = HashMap::new();
+    for w in batch {
+        groups
+            .entry((w.deadline, w.server_clock))
+            .or_default()
+            .push(w);
+    }
+    let mut calls = Vec::new();
+    for (settings, group) in groups {
+        let mut group = group.into_iter().peekable();
+        while group.peek().is_some() {
+            calls.push((settings, group.by_ref().take(MAX_BATCH).collect()));
+        }
+    }
+    calls
+}
+
+/// Clears the batcher's `flushing` flag when its flusher ends abnormally (a panic, the
+/// runtime shutting down); the flag is whether it ended normally.
+struct ResetOnDrop(Arc<Batcher>, bool);
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        if self.1 {
+            return;
+        }
+        // Ended abnormally with extensions still queued: fail them (their senders drop), so
+        // no watchdog waits on a flusher that is gone.
+        let mut q = self.0.queue();
+        q.waiting.clear();
+        q.flushing = false;
     }
 }
 
@@ -247,6 +292,7 @@ mod tests {
             ttl: Duration::from_millis(1500),
             token: 7,
             valid_until: Instant::now(),
+            versioned_at: Stamp::now(),
         }
     }
 
@@ -276,8 +322,8 @@ mod tests {
         );
         assert_eq!(
             s.decode_for_tests(&ctx, ints(&[1, 0])).ok(),
-            Some(NodeOutcome::Rejected(vec![1, 0])),
-            "one lease held by another value: the node did not apply all"
+            Some(NodeOutcome::Applied(vec![1, 0])),
+            "one lease held by another value: the node answered, each lease judged alone"
         );
         assert!(matches!(
             s.decode_for_tests(&ctx, Value::Int(-1)),

@@ -23,6 +23,7 @@ impl Lock {
         value: &Arc<str>,
         token: FencingToken,
         version: u64,
+        versioned_at: Stamp,
         valid_until: Instant,
         batched: bool,
     ) -> extend::Outcome {
@@ -36,6 +37,7 @@ impl Lock {
             ttl: inner.ttl,
             token: token.get(),
             valid_until,
+            versioned_at,
         };
         let (client, deadline, server_clock) =
             (&inner.client, inner.node_deadline, inner.server_clock);
@@ -292,6 +294,8 @@ pub(super) async fn extend_once(
         return Err(reason.clone());
     }
     let times = shared.times();
+    // The stamp is taken before the version: the extension is sent after both.
+    let versioned_at = Stamp::now();
     let version = shared.version.fetch_add(1, Ordering::AcqRel) + 1;
     match shared
         .lock
@@ -299,6 +303,7 @@ pub(super) async fn extend_once(
             &shared.value,
             shared.token,
             version,
+            versioned_at,
             times.valid_until(),
             batched,
         )

@@ -35,6 +35,11 @@ pub(crate) enum Wait {
     Linger(Duration),
 }
 
+/// Decides a batched fan-out from the results so far and the number of nodes still pending
+/// (see [`super::items_decision`]): it ends only when every item of the batch is decided.
+pub(crate) type Decider<T> =
+    std::sync::Arc<dyn Fn(&[NodeResult<T>], usize) -> Decision + Send + Sync>;
+
 /// The shortest linger of [`Wait::Linger`] (loopback replies a few hundred microseconds apart).
 pub(crate) const MIN_LINGER: Duration = Duration::from_millis(2);
 
@@ -50,6 +55,7 @@ pub(crate) async fn fan_out<T: Send + 'static>(
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
     decided: Option<tokio::sync::oneshot::Sender<usize>>,
+    decider: Option<Decider<T>>,
 ) -> Tally<T> {
     let span = tracing::debug_span!(
         "quorum",
@@ -60,7 +66,7 @@ pub(crate) async fn fan_out<T: Send + 'static>(
         decision = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    run(majority, node_timeout, wait, calls, decided)
+    run(majority, node_timeout, wait, calls, decided, decider)
         .instrument(span.clone())
         .await
         .inspect_tally(&span)
@@ -72,6 +78,7 @@ async fn run<T: Send + 'static>(
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
     mut decided: Option<tokio::sync::oneshot::Sender<usize>>,
+    decider: Option<Decider<T>>,
 ) -> Tally<T> {
     let start = Instant::now();
     let mut pending_ids: Vec<NodeId> = calls.iter().map(|(id, _)| *id).collect();
@@ -113,7 +120,11 @@ async fn run<T: Send + 'static>(
             outcome,
             latency: Some(latency),
         });
-        if majority.decide(applied, settled) != Decision::Pending {
+        let decision = match &decider {
+            Some(decide) => decide(&results, pending_ids.len()),
+            None => majority.decide(applied, settled),
+        };
+        if decision != Decision::Pending {
             // Tell a waiting caller the outcome as soon as it is known; with `Wait::All` the
             // remaining nodes are still awaited (in the caller's background task).
             if let Some(tx) = decided.take() {
@@ -207,6 +218,7 @@ mod tests {
             Wait::Decided,
             calls(script),
             None,
+            None,
         )
         .await;
         assert!(tally.reached());
@@ -243,6 +255,7 @@ mod tests {
             Wait::Decided,
             calls(script),
             None,
+            None,
         )
         .await;
         assert!(!tally.reached());
@@ -273,6 +286,7 @@ mod tests {
             Wait::Decided,
             calls(script),
             None,
+            None,
         )
         .await;
         assert_eq!(tally.decision(), Decision::Impossible);
@@ -293,6 +307,7 @@ mod tests {
             Duration::from_millis(100),
             Wait::All,
             calls(script),
+            None,
             None,
         )
         .await;
@@ -318,6 +333,7 @@ mod tests {
             Wait::All,
             calls(script),
             Some(tx),
+            None,
         ));
         assert_eq!(
             rx.await.expect("reported"),
@@ -348,6 +364,7 @@ mod tests {
             Duration::from_secs(10),
             Wait::Linger(Duration::from_millis(100)),
             calls(script),
+            None,
             None,
         )
         .await;

@@ -113,7 +113,10 @@ pub enum UnknownCause {
     /// The request was never sent: the node is excluded from quorums (strict safety mode,
     /// quarantine, or it is a second URL for a server already counted).
     Excluded(String),
-    /// The node answered with an error reply; Redis did not apply the command.
+    /// The node answered with an error reply; Redis did not apply the command. (A batched
+    /// script, `id_propose.lua` or `lock_extend.lua`, that meets a corrupted register fails
+    /// after handling the items before it; those are at worst a gap or a longer lease copy,
+    /// never counted.)
     ServerError(String),
 }
 
@@ -350,6 +353,42 @@ impl<T> Tally<T> {
     }
 }
 
+/// The decision of a batched operation of `items` items, from the node results so far and
+/// the nodes still `pending`: `outcome_of(reply, i)` is item `i`'s outcome on a node that
+/// replied. Reached when every item reached a majority; pending while some item could still
+/// go either way; otherwise impossible (every item decided, some not reached). Lost replies
+/// count for nothing here, as in the fan-out's own early stop.
+pub(crate) fn items_decision<T>(
+    majority: Majority,
+    results: &[NodeResult<T>],
+    pending: usize,
+    items: usize,
+    outcome_of: impl Fn(&T, usize) -> NodeOutcome<()>,
+) -> Decision {
+    let mut all_reached = true;
+    for i in 0..items {
+        let applied = results
+            .iter()
+            .filter(|r| match &r.outcome {
+                NodeOutcome::Applied(t) | NodeOutcome::Rejected(t) => outcome_of(t, i).is_applied(),
+                NodeOutcome::Unknown(_) => false,
+            })
+            .count();
+        if applied >= majority.needed() {
+            continue;
+        }
+        all_reached = false;
+        if applied + pending >= majority.needed() {
+            return Decision::Pending;
+        }
+    }
+    if all_reached {
+        Decision::Reached
+    } else {
+        Decision::Impossible
+    }
+}
+
 /// The value to learn from the values nodes reported (a sequence's maximum, a lock's fence):
 /// the largest, unless it is more than `max_jump` above the value the `needed`-th smallest
 /// reply holds, in which case that value: one node with a huge (corrupted or hostile) value
@@ -490,5 +529,42 @@ mod tests {
             item(1).results()[2].outcome,
             NodeOutcome::Unknown(UnknownCause::Timeout)
         ));
+    }
+
+    #[test]
+    fn a_batch_is_decided_only_when_every_item_is() {
+        let node = |i: usize, v: Vec<bool>| NodeResult {
+            node: NodeId(i),
+            outcome: NodeOutcome::Applied(v),
+            latency: None,
+        };
+        let judge = |v: &Vec<bool>, i: usize| {
+            if v[i] {
+                NodeOutcome::Applied(())
+            } else {
+                NodeOutcome::Rejected(())
+            }
+        };
+        let m = Majority::of(3);
+        // Item 0 is refused on node 1, item 1 on node 2: each still needs node 0.
+        let two = [node(1, vec![false, true]), node(2, vec![true, false])];
+        assert_eq!(items_decision(m, &two, 1, 2, judge), Decision::Pending);
+        let all = [
+            node(1, vec![false, true]),
+            node(2, vec![true, false]),
+            node(0, vec![true, true]),
+        ];
+        assert_eq!(items_decision(m, &all, 0, 2, judge), Decision::Reached);
+        let split = [node(1, vec![true, true]), node(2, vec![false, true])];
+        assert_eq!(
+            items_decision(m, &split, 0, 2, judge),
+            Decision::Impossible,
+            "item 0 can no longer reach a majority; item 1 did"
+        );
+        assert_eq!(
+            items_decision(m, &split, 1, 2, judge),
+            Decision::Pending,
+            "item 0 can still reach one with the pending node"
+        );
     }
 }

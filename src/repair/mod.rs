@@ -122,9 +122,14 @@ impl Client {
         let Some(node) = self.inner.nodes.get(i).cloned() else {
             return;
         };
+        // One probe at a time per node: a batch of refusals suspects it once.
+        if !node.begin_reprobe() {
+            return;
+        }
         let client = self.clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(client.inner.config.node_timeout, node.reprobe()).await;
+            node.end_reprobe();
             client.spawn_repair(i);
         });
     }

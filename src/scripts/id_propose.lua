@@ -18,7 +18,10 @@
 --         -1, current    refused: the marker is missing or differs (the node lost its data or
 --                        restarted since it was verified); nothing changed (every proposal of
 --                        the call is refused).
---          An error reply for malformed arguments, before anything changed.
+--          An error reply for malformed arguments, before anything changed; or for a corrupted
+--          register, after the proposals before it in the batch were handled (Redis does not
+--          undo a script's writes): the client counts the whole node as not answering, and
+--          a proposal it does not count is at worst a gap.
 local n = #KEYS - 1
 if n < 1 or #ARGV ~= 1 + 2 * n then
   return redis.error_reply('ERR rq id_propose: keys and arguments do not form whole proposals')

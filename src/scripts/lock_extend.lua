@@ -25,7 +25,10 @@
 --           0  the key holds another value (someone else's lease): nothing changed;
 --          -2  no key, and the fence (or its floor bucket, which other locks share) is above
 --              the token: a later acquisition may have been granted here.
---          An error reply for malformed arguments, before anything changed.
+--          An error reply for malformed arguments, before anything changed; or for a corrupted
+--          register, after the leases before it in the batch were handled (Redis does not
+--          undo a script's writes): the client counts the whole node as not answering, which
+--          only costs those leases an extension.
 local leases = (#KEYS - 2) / 3
 if leases < 1 or leases ~= math.floor(leases) or #ARGV ~= 2 + 4 * leases then
   return redis.error_reply('ERR rq lock_extend: keys and arguments do not form whole leases')
