@@ -346,6 +346,9 @@ impl Generator {
     /// rounds at once. Every caller in a round was waiting when the round was sent, and each
     /// round proposes above every block reserved before it, so real-time order holds.
     async fn run(self: Arc<Self>) {
+        // If this task dies (a panic, its runtime shutting down), the next caller starts a
+        // new runner instead of queueing behind a flag nobody will clear.
+        let mut running = RunningGuard(self.clone(), false);
         let mut rounds = FuturesUnordered::new();
         loop {
             while rounds.len() < MAX_ROUNDS_IN_FLIGHT {
@@ -358,6 +361,7 @@ impl Generator {
                 let mut st = self.state();
                 if st.queue.is_empty() {
                     st.running = false;
+                    running.1 = true;
                     return;
                 }
                 continue;
@@ -408,6 +412,18 @@ impl Generator {
                     let _ = w.tx.send(Err(e.clone()));
                 }
             }
+        }
+    }
+}
+
+/// Clears a generator's `running` flag when its runner ends abnormally; the flag is whether it
+/// ended normally (having cleared it under the lock itself).
+struct RunningGuard(Arc<Generator>, bool);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.state().running = false;
         }
     }
 }
