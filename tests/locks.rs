@@ -704,8 +704,9 @@ async fn an_extension_waiting_at_release_does_not_bring_the_lock_back() {
     );
 }
 
-/// A 90 ms lease beside a 3 s one in the same client: its extensions wait for company a
-/// thirtieth of its own TTL, not of the longer lease's, and it stays held.
+/// A 150 ms lease beside a 3 s one in the same client: its extensions wait for company a
+/// thirtieth of its own TTL (5 ms), not the longer lease's 100 ms (which would send its first
+/// extension, due at 50 ms, after its validity ended), and it stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
     init_tracing();
@@ -716,7 +717,7 @@ async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
         .acquire(Duration::from_secs(2))
         .await
         .expect("a free lock");
-    let short = Lock::new(&c, "short", Duration::from_millis(90))
+    let short = Lock::new(&c, "short", Duration::from_millis(150))
         .unwrap()
         .acquire(Duration::from_secs(2))
         .await
@@ -725,7 +726,7 @@ async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
     while start.elapsed() < Duration::from_millis(2500) {
         assert!(
             short.is_held(),
-            "the 90 ms lease was lost after {:?}",
+            "the 150 ms lease was lost after {:?}",
             start.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -79,6 +79,11 @@ impl Client {
         items: usize,
         outcome_of: impl Fn(&T, usize) -> NodeOutcome<()> + Send + Sync + 'static,
     ) -> Tally<T> {
+        // The early report counts answering nodes, not decided items: not for batches.
+        debug_assert!(
+            request.report.is_none(),
+            "a batch reports no early decision"
+        );
         let majority = self.inner.majority;
         let decider: fanout::Decider<T> = Arc::new(move |results, pending| {
             crate::quorum::items_decision(majority, results, pending, items, &outcome_of)

@@ -57,6 +57,14 @@ struct LaneState {
 }
 
 impl Batcher {
+    fn lane(&self, proposal: bool) -> &Lane {
+        if proposal {
+            &self.proposals
+        } else {
+            &self.reads
+        }
+    }
+
     /// `id_propose.lua` for `base..=last` of `key`, in a call shared with other sequences'
     /// proposals due now; the tally is the one it would have had alone.
     pub(super) async fn propose(
@@ -103,11 +111,7 @@ impl Batcher {
     async fn send(self: Arc<Self>, client: &Client, item: Item) -> Tally<Answer> {
         let (tx, rx) = oneshot::channel();
         let proposal = matches!(item, Item::Propose { .. });
-        let lane = if proposal {
-            &self.proposals
-        } else {
-            &self.reads
-        };
+        let lane = self.lane(proposal);
         let start = {
             let mut st = lane.state.lock().unwrap_or_else(|p| p.into_inner());
             st.waiting.push((item, tx));
@@ -118,7 +122,9 @@ impl Batcher {
             free
         };
         if start {
-            tokio::spawn(self.clone().drain(client.clone(), proposal));
+            // The guard exists before the task: a task dropped unpolled gives the slot back.
+            let slot = SlotGuard(self.clone(), proposal, false);
+            tokio::spawn(self.clone().drain(client.clone(), slot));
         }
         match rx.await {
             Ok(tally) => tally,
@@ -127,16 +133,12 @@ impl Batcher {
         }
     }
 
-    /// One slot of a lane: send what waits, call after call, until nothing does.
-    async fn drain(self: Arc<Self>, client: Client, proposal: bool) {
-        let lane = if proposal {
-            &self.proposals
-        } else {
-            &self.reads
-        };
-        // The slot is given back however this task ends (also a panic or a runtime shutting
-        // down: the items it took then fail, their senders dropped).
-        let mut slot = SlotGuard(lane, false);
+    /// One slot of a lane: send what waits, call after call, until nothing does. The slot is
+    /// given back however this task ends (also a panic or a runtime shutting down: the items
+    /// it took then fail, their senders dropped).
+    async fn drain(self: Arc<Self>, client: Client, mut slot: SlotGuard) {
+        let proposal = slot.1;
+        let lane = self.lane(proposal);
         loop {
             let batch: Vec<_> = {
                 let mut st = lane.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -144,7 +146,7 @@ impl Batcher {
                 if st.waiting.is_empty() {
                     // Given back under the lock: an item queued after this sees the free slot.
                     st.in_flight -= 1;
-                    slot.1 = true;
+                    slot.2 = true;
                     return;
                 }
                 let n = st.waiting.len().min(MAX_ITEMS);
@@ -168,14 +170,20 @@ impl Batcher {
     }
 }
 
-/// Gives a lane's slot back when its drain ends abnormally (a panic, the runtime shutting
-/// down); the flag is whether it gave the slot back itself.
-struct SlotGuard<'a>(&'a Lane, bool);
+/// A lane's slot (the batcher, whether the proposals' lane), given back when its drain ends
+/// abnormally (a panic, the runtime shutting down, a task dropped unpolled); the flag is
+/// whether the drain gave it back itself.
+struct SlotGuard(Arc<Batcher>, bool, bool);
 
-impl Drop for SlotGuard<'_> {
+impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if !self.1 {
-            let mut st = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.2 {
+            let mut st = self
+                .0
+                .lane(self.1)
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             st.in_flight = st.in_flight.saturating_sub(1);
         }
     }

@@ -325,7 +325,9 @@ impl IdGenerator {
             !std::mem::replace(&mut st.running, true)
         };
         if start_runner {
-            tokio::spawn(self.inner.clone().run());
+            // The guard exists before the task: a task dropped unpolled clears the flag too.
+            let guard = RunningGuard(self.inner.clone(), false);
+            tokio::spawn(self.inner.clone().run(guard));
         } else {
             self.inner.wakeup.notify_one();
         }
@@ -345,10 +347,9 @@ impl Generator {
     /// Serve queued callers until the queue is empty, with up to [`MAX_ROUNDS_IN_FLIGHT`]
     /// rounds at once. Every caller in a round was waiting when the round was sent, and each
     /// round proposes above every block reserved before it, so real-time order holds.
-    async fn run(self: Arc<Self>) {
-        // If this task dies (a panic, its runtime shutting down), the next caller starts a
-        // new runner instead of queueing behind a flag nobody will clear.
-        let mut running = RunningGuard(self.clone(), false);
+    /// If this task dies (a panic, its runtime shutting down), `running` clears the flag, so
+    /// the next caller starts a new runner instead of queueing behind a flag nobody clears.
+    async fn run(self: Arc<Self>, mut running: RunningGuard) {
         let mut rounds = FuturesUnordered::new();
         loop {
             while rounds.len() < MAX_ROUNDS_IN_FLIGHT {
@@ -358,12 +359,20 @@ impl Generator {
                 }
             }
             if rounds.is_empty() {
-                let mut st = self.state();
-                if st.queue.is_empty() {
-                    st.running = false;
+                let done = {
+                    let mut st = self.state();
+                    if st.queue.is_empty() {
+                        st.running = false;
+                    }
+                    !st.running
+                };
+                if done {
                     running.1 = true;
                     return;
                 }
+                // Nothing could start (a spare-making write of another runner is in flight):
+                // wait for it to end rather than spin.
+                self.wakeup.notified().await;
                 continue;
             }
             tokio::select! {
@@ -416,14 +425,17 @@ impl Generator {
     }
 }
 
-/// Clears a generator's `running` flag when its runner ends abnormally; the flag is whether it
-/// ended normally (having cleared it under the lock itself).
+/// Clears a generator's `running` flag when its runner ends abnormally, and fails the callers
+/// still queued (their senders drop); the flag is whether it ended normally (having cleared
+/// it under the lock itself).
 struct RunningGuard(Arc<Generator>, bool);
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         if !self.1 {
-            self.0.state().running = false;
+            let mut st = self.0.state();
+            st.running = false;
+            st.queue.clear();
         }
     }
 }

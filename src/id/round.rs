@@ -82,12 +82,9 @@ impl Generator {
             }
             lookahead
         };
-        let result = self.write_rounds(total, lookahead).await;
-        if lookahead > 0 {
-            self.state().spare_writing -= 1;
-            self.wakeup.notify_one();
-        }
-        result
+        // Counted back however the call ends (also if its future is dropped).
+        let _writing = (lookahead > 0).then_some(SpareWriting(self));
+        self.write_rounds(total, lookahead).await
     }
 
     /// The write rounds of one call, each reserving `lookahead` spare IDs.
@@ -212,6 +209,19 @@ impl Generator {
         let rose = guess > st.known_max;
         st.known_max = st.known_max.max(guess);
         rose
+    }
+}
+
+/// One spare-making write call in flight (`State::spare_writing`); dropping it counts it back
+/// and wakes the runner, whose next rounds may now start.
+struct SpareWriting<'a>(&'a Generator);
+
+impl Drop for SpareWriting<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        st.spare_writing = st.spare_writing.saturating_sub(1);
+        drop(st);
+        self.0.wakeup.notify_one();
     }
 }
 

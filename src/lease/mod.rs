@@ -17,7 +17,9 @@ use tokio::time::Instant;
 /// step at any time. Only the clients' monotonic clocks decide, and they are assumed to run at
 /// a rate within [`MAX_DRIFT_RATE`] of real time.
 /// - **Holder side.** A lease (or membership beat) is valid on its holder from the *send* time
-///   of its last write that a majority applied, for `ttl - drift(ttl)`.
+///   of its last write that a majority applied, for `ttl - drift(ttl)`. A lock extension counts
+///   from an instant taken before its version was (`versioned_at`), which is before its send:
+///   batched extensions wait up to TTL/30 for company, and a later version may overtake them.
 /// - **Watcher side.** Another client may treat a lease as over only after it has seen the same
 ///   value (which never repeats: a random per-acquisition value plus a version that every
 ///   extension bumps), on the same node incarnation (`run_id`), for `ttl + drift(ttl)` counted
@@ -30,7 +32,10 @@ use tokio::time::Instant;
 /// cannot have been applied at n between r_n and c_n (the value would have changed, and values
 /// never repeat on one incarnation), nor after c_n (a lock's key is then someone else's, so E
 /// is rejected there; for a beat, see the membership docs), so it was applied before r_n, and
-/// s < r_n. The holder's validity ends at s + ttl - drift on its clock; the watcher acts at
+/// s < r_n. (A lock extension with version v that finds a higher version w already at n
+/// changes nothing there and still answers "applied": then w, taken after v's stamp, was sent
+/// and applied at n before r_n or between r_n and c_n; the latter would have changed the value,
+/// so stamp(v) < send(w) < r_n, and the validity from stamp(v) ends in time all the same.) The holder's validity ends at s + ttl - drift on its clock; the watcher acts at
 /// r_n + ttl + drift or later on its clock: with rates within [`MAX_DRIFT_RATE`] of real time,
 /// the first comes first. A node that restarts or loses its data changes its `run_id`, which
 /// restarts every watch of it, and a compare-and-swap carries the incarnation it watched.

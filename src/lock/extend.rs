@@ -181,7 +181,9 @@ impl Batcher {
             !std::mem::replace(&mut q.flushing, true)
         };
         if start {
-            tokio::spawn(self.clone().flush(client.clone()));
+            // The guard exists before the task: a task dropped unpolled resets the flag too.
+            let reset = ResetOnDrop(self.clone(), false);
+            tokio::spawn(self.clone().flush(client.clone(), reset));
         } else {
             self.queued.notify_one();
         }
@@ -209,11 +211,11 @@ impl Batcher {
         at
     }
 
-    /// Send what gathered, batch after batch, until nothing waits.
-    async fn flush(self: Arc<Self>, client: Client) {
-        // If this task ends any other way (a panic, the runtime shutting down), the next
-        // extension starts a new flusher, and the waiting ones fail (their senders drop).
-        let mut reset = ResetOnDrop(self.clone(), false);
+    /// Send what gathered, batch after batch, until nothing waits. Each call runs in a task
+    /// of its own, so a call waiting for a slow node holds no later batch up. If this task
+    /// ends any other way (a panic, the runtime shutting down), `reset` fails the waiting
+    /// extensions (their senders drop) and the next extension starts a new flusher.
+    async fn flush(self: Arc<Self>, client: Client, mut reset: ResetOnDrop) {
         while let Some(at) = self.due() {
             tokio::select! {
                 _ = tokio::time::sleep_until(at) => {}
@@ -222,10 +224,9 @@ impl Batcher {
             let mut batch = std::mem::take(&mut self.queue().waiting);
             // Withdrawn while the batch gathered (released, lost or dropped): not sent.
             batch.retain(|w| !w.tx.is_closed());
-            let mut calls = futures::stream::FuturesUnordered::new();
             for ((deadline, server_clock), group) in group_calls(batch) {
                 let client = client.clone();
-                calls.push(async move {
+                tokio::spawn(async move {
                     let items: Vec<Item> = group.iter().map(|w| w.item.clone()).collect();
                     let outcomes = send(&client, &items, deadline, server_clock).await;
                     for (w, outcome) in group.into_iter().zip(outcomes) {
@@ -233,7 +234,6 @@ impl Batcher {
                     }
                 });
             }
-            while calls.next().await.is_some() {}
         }
         // `due` found nothing waiting and cleared `flushing`: a new flusher may already run.
         reset.1 = true;

@@ -194,7 +194,9 @@ impl LockGuard {
     /// Extend now (the watchdog does this on its own unless auto-extend is off).
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] if the extension failed; the lease is then reported lost.
+    /// [`Error::LeaseLost`] if the extension failed. On a conflict (a majority holds another
+    /// value) the lease is reported lost at once; otherwise (no majority answered in time) it
+    /// is not, and the watchdog keeps extending and reports a loss by the validity deadline.
     ///
     /// # Cancel safety
     /// Cancel-safe: a dropped extension may have reached some nodes, which only lengthens

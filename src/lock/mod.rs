@@ -75,8 +75,8 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// - **Mutual exclusion within validity:** while a guard's [`is_held`](LockGuard::is_held) is
 ///   true (its [`valid_until`](LockGuard::valid_until) is in the future on both the monotonic
 ///   and the boot clock, which counts host suspend), no other client holds a granted lease on
-///   the same lock. Validity runs `TTL - (1 % + 2 ms)` from the send of the last acquisition or
-///   extension a majority applied.
+///   the same lock. Validity runs `TTL - (1 % + 2 ms)` from (just before) the send of the last
+///   acquisition or extension a majority applied.
 /// - **Early loss signal:** [`LockGuard::lost`], the guard's
 ///   [`cancellation_token`](LockGuard::cancellation_token) and its [`status`](LockGuard::status)
 ///   channel report loss (conflict, no quorum, expiry, hold bound) no later than `valid_until`,

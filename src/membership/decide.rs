@@ -13,10 +13,10 @@ use super::tables::Held;
 use crate::clock::Stamp;
 
 /// How long a member's loop sleeps between view reads: an eighth of an interval while
-/// something is moving (it leads, the view is prepared, or it drains), so a prepared view is
-/// drained and acknowledged, and an acknowledged one activated, within a fraction of an
-/// interval; half an interval when all is settled, since the leader's hint wakes it for a
-/// new view and every beat wakes it too.
+/// something is moving (it leads, the view is prepared, it drains, or it does not hear the
+/// leader's hints on a majority of nodes), so a prepared view is drained and acknowledged, and
+/// an acknowledged one activated, within a fraction of an interval; half an interval when all
+/// is settled, since the leader's hint wakes it for a new view and every beat wakes it too.
 pub(super) fn member_tick(interval: Duration, busy: bool) -> Duration {
     if busy {
         interval / 8

@@ -122,8 +122,11 @@ impl Client {
         let Some(node) = self.inner.nodes.get(i).cloned() else {
             return;
         };
-        // One probe at a time per node: a batch of refusals suspects it once.
+        // One probe at a time per node: a batch of refusals suspects it once. If a probe is
+        // already in flight (perhaps from before the node lost its data), the repair runs its
+        // own check (and one repair at a time per node).
         if !node.begin_reprobe() {
+            self.spawn_repair(i);
             return;
         }
         let client = self.clone();

@@ -23,6 +23,34 @@ pub(super) async fn publish(shared: &Shared) {
     let _ = shared.client.send(Request::vote("group.hint"), step).await;
 }
 
+/// Whether this member hears the leader's hints: subscribed on a majority of the nodes (the
+/// leader's publish reaches at least a majority, and two majorities share a node). Until then
+/// the loop reads the view at the fast tick.
+pub(super) fn heard(shared: &Shared) -> bool {
+    shared.hints_live.load(std::sync::atomic::Ordering::Acquire)
+        >= shared.client.majority().needed()
+}
+
+/// Counts one live subscription while it exists.
+struct Live<'a>(&'a Shared);
+
+impl<'a> Live<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared
+            .hints_live
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Live(shared)
+    }
+}
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0
+            .hints_live
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Listen on every node until dropped, waking the member's loop on each hint; a subscription
 /// that fails is tried again an interval later.
 pub(super) fn watch(shared: &Arc<Shared>) -> Vec<AbortOnDrop> {
@@ -37,6 +65,7 @@ pub(super) fn watch(shared: &Arc<Shared>) -> Vec<AbortOnDrop> {
                 loop {
                     if let Ok(mut ps) = client.get_async_pubsub().await {
                         if ps.subscribe(&channel).await.is_ok() {
+                            let _live = Live::new(&shared);
                             let mut messages = ps.on_message();
                             while messages.next().await.is_some() {
                                 shared.hinted.notify_one();

@@ -191,6 +191,8 @@ struct Shared {
     beaten: tokio::sync::Notify,
     /// Woken by the leader's hint that it sealed a view ([`hints`]).
     hinted: tokio::sync::Notify,
+    /// Nodes this member is subscribed to for hints.
+    hints_live: std::sync::atomic::AtomicUsize,
     /// The leader's watch over the group's beats.
     beats: Mutex<Beats>,
     /// How often the leader saw two live processes with one member ID.
@@ -301,6 +303,7 @@ impl Member {
             beat_until: Mutex::new(None),
             beaten: tokio::sync::Notify::new(),
             hinted: tokio::sync::Notify::new(),
+            hints_live: std::sync::atomic::AtomicUsize::new(0),
             beats: Mutex::new(Beats::default()),
             duplicates: std::sync::atomic::AtomicUsize::new(0),
             duplicates_reported: Mutex::new(Vec::new()),

@@ -29,7 +29,7 @@ pub(super) async fn member_loop(shared: Arc<Shared>, stop: CancellationToken) {
             tokio::time::sleep_until(until).await;
         }
         let settled = round(&shared, &mut progress, lease).await;
-        let busy = !settled || leader_term(&shared).is_some();
+        let busy = !settled || leader_term(&shared).is_some() || !hints::heard(&shared);
         // Next round at the tick (see `decide::member_tick`), at once after a beat (an
         // assignment's validity comes only from a beat sent before a view read, so a fresh beat
         // needs a fresh read to count), or at once on the leader's hint of a new view.
