@@ -717,7 +717,10 @@ async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
         .acquire(Duration::from_secs(2))
         .await
         .expect("a free lock");
-    let short = Lock::new(&c, "short", Duration::from_millis(150))
+    // A per-node deadline of 40 ms instead of TTL/10 (15 ms), so a loaded CI machine's
+    // scheduling delays do not fail extensions on their own.
+    let options = LockOptions::default().with_node_timeout(Duration::from_millis(40));
+    let short = Lock::with_options(&c, "short", Duration::from_millis(150), options)
         .unwrap()
         .acquire(Duration::from_secs(2))
         .await
