@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::workload;
-use common::{eventually, init_tracing, script};
+use common::{evalsha_calls, eventually, init_tracing, script};
 use redquorum::{Client, Config, Error, IdGenerator};
 use redquorum_testkit::checker::{check_ids, IdCall};
 use redquorum_testkit::Cluster;
@@ -470,21 +470,6 @@ async fn without_the_validating_read_the_checker_catches_an_older_spare_id() {
     let calls = spare_story(false).await;
     let v = check_ids(&calls).expect_err("an unvalidated spare ID must break real-time order");
     println!("caught, as expected: {v}");
-}
-
-/// Script calls a node has run (`EVALSHA`), from `INFO commandstats`.
-async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
-    let mut con = node.direct_connection().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One client, 64 sequences, two callers each, every call a write round (no spare IDs): the

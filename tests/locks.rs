@@ -10,7 +10,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{init_tracing, ms, percentile};
+use common::{evalsha_calls, init_tracing, ms, percentile};
 use redquorum::{fenced_set, FencedWrite};
 use redquorum::{Client, Config, Error, Lock, LockOptions, LossReason};
 use redquorum_testkit::checker::{check_tenures, Tenure, TenureViolation};
@@ -538,21 +538,6 @@ async fn sixteen_independent_locks_cycled_at_once_never_see_each_other() {
             "lock independent-{i}: tokens must grow: {tokens:?}"
         );
     }
-}
-
-/// Script calls a node has run (`EVALSHA`), from `INFO commandstats`.
-async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
-    let mut con = node.direct_connection().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One client holds 100 leases (TTL 1.5 s, so each extends every 0.5 s) for 3 s. Their

@@ -202,3 +202,18 @@ pub fn script(body: &str) -> redis::Script {
         body
     ))
 }
+
+/// Script calls a node has run (`EVALSHA`), from `INFO commandstats`.
+pub async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
+    let mut con = node.direct_connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
