@@ -49,6 +49,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod acl;
 mod client;
 mod clock;
 mod cluster;
@@ -72,7 +73,10 @@ mod scripts;
 // Every public item has exactly one path: here.
 pub use client::Client;
 pub use cluster::Descriptor;
-pub use config::{Config, ConfigError, NodeUrl, SafetyMode, MAX_NODES, NODES_ENV};
+pub use config::{
+    Config, ConfigError, NodeUrl, SafetyMode, CACERT_ENV, CERT_ENV, KEY_ENV, MAX_NODES, NODES_ENV,
+    SNI_ENV,
+};
 #[cfg(feature = "test-util")]
 pub use distribution::LeaderUnitsForTests;
 pub use distribution::{

@@ -22,6 +22,73 @@ use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::{NodeId, UnknownCause};
 use crate::safety::Probe;
 
+/// The driver's client for `url`: with the TLS certificates when given, and with the TLS
+/// server name in place of the URL's host (the connection then goes to the URL's host
+/// through [`FixedAddr`]).
+fn driver_client(
+    url: &NodeUrl,
+    tls: &crate::config::Tls,
+) -> redis::RedisResult<(redis::Client, Option<FixedAddr>)> {
+    let info = url.connection_info();
+    if !url.is_tls() {
+        return Ok((redis::Client::open(info)?, None));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let mut info = info;
+        let mut resolver = None;
+        if let (
+            Some(name),
+            redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+        ) = (&tls.server_name, info.addr().clone())
+        {
+            resolver = Some(FixedAddr { host, port });
+            info = info.set_addr(redis::ConnectionAddr::TcpTls {
+                host: name.clone(),
+                port,
+                insecure,
+                tls_params,
+            });
+        }
+        let client = match tls.certificates() {
+            Some(certs) => redis::Client::build_with_tls(info, certs)?,
+            None => redis::Client::open(info)?,
+        };
+        Ok((client, resolver))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = tls;
+        Ok((redis::Client::open(info)?, None))
+    }
+}
+
+/// A resolver that ignores the host it is asked for (the TLS server name) and resolves the
+/// node URL's own host and port.
+#[derive(Clone)]
+struct FixedAddr {
+    host: String,
+    port: u16,
+}
+
+impl redis::io::AsyncDNSResolver for FixedAddr {
+    fn resolve<'a, 'b: 'a>(
+        &'a self,
+        _host: &'b str,
+        _port: u16,
+    ) -> redis::RedisFuture<'a, Box<dyn Iterator<Item = std::net::SocketAddr> + Send + 'a>> {
+        Box::pin(async move {
+            let addrs = tokio::net::lookup_host((self.host.as_str(), self.port)).await?;
+            Ok(Box::new(addrs) as Box<dyn Iterator<Item = std::net::SocketAddr> + Send>)
+        })
+    }
+}
+
 /// What the node keeps between requests.
 #[derive(Default)]
 struct State {
@@ -42,6 +109,10 @@ pub(crate) struct Node {
     pub(crate) id: NodeId,
     pub(crate) url: NodeUrl,
     client: redis::Client,
+    /// Where to connect when the TLS server name replaced the URL's host.
+    resolver: Option<FixedAddr>,
+    /// Whether this node is reached over TLS (for error hints).
+    tls: bool,
     connect_timeout: Duration,
     state: Mutex<State>,
     /// Deadline for connect plus safety probe, run in the background.
@@ -77,15 +148,17 @@ impl Node {
     pub(crate) fn new(
         id: NodeId,
         url: NodeUrl,
+        tls: &crate::config::Tls,
         connect_timeout: Duration,
         probe_timeout: Duration,
     ) -> Result<Node, String> {
-        let client =
-            redis::Client::open(url.connection_info()).map_err(|e| url.scrub(&e.to_string()))?;
+        let (client, resolver) = driver_client(&url, tls).map_err(|e| url.scrub(&e.to_string()))?;
         Ok(Node {
             id,
+            tls: url.is_tls(),
             url,
             client,
+            resolver,
             connect_timeout,
             state: Mutex::new(State::default()),
             probe_timeout,
@@ -153,6 +226,10 @@ impl Node {
             // Deadlines are enforced per request by the caller; the driver's own 500 ms
             // default must not cut a longer per-node deadline short.
             .set_response_timeout(None);
+        let config = match &self.resolver {
+            Some(r) => config.set_dns_resolver(r.clone()),
+            None => config,
+        };
         let mut conn = match self
             .client
             .get_multiplexed_async_connection_with_config(&config)
@@ -160,7 +237,12 @@ impl Node {
         {
             Ok(c) => c,
             Err(e) => {
-                let msg = self.url.scrub(&e.to_string());
+                let mut msg = self.url.scrub(&e.to_string());
+                if self.tls {
+                    if let Some(hint) = crate::config::tls_hint(&msg) {
+                        msg = format!("TLS handshake failed: {msg}: {hint}");
+                    }
+                }
                 self.state().last_error = Some(msg.clone());
                 return Err(UnknownCause::Unreachable(msg));
             }
@@ -275,9 +357,11 @@ impl Node {
             .store(false, std::sync::atomic::Ordering::Release);
     }
 
-    /// The driver client (for pub/sub subscriptions).
-    pub(crate) fn driver_client(&self) -> redis::Client {
-        self.client.clone()
+    /// The driver client (for pub/sub subscriptions), unless the node is reached through a
+    /// TLS server name: redis-rs opens pub/sub connections with its own resolver, which would
+    /// look the server name up as a host. Such nodes send no wake-up hints (waiters poll).
+    pub(crate) fn driver_client(&self) -> Option<redis::Client> {
+        self.resolver.is_none().then(|| self.client.clone())
     }
 
     pub(crate) fn last_error(&self) -> Option<String> {

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use common::{init_tracing, ms};
 use futures::StreamExt;
-use redquorum::{Client, Config, Election, JobOutcome, PeriodicJob};
+use redquorum::{Client, Election, JobOutcome, PeriodicJob};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(Config::from_urls(urls).expect("valid"))
+    Client::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::init_tracing;
-use redquorum::{Client, Config, IdGenerator, Lock};
+use redquorum::{Client, IdGenerator, Lock};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
@@ -47,7 +47,7 @@ async fn release_during_repair(recheck: bool) -> Outcome {
     init_tracing();
     let cluster = Cluster::start(3).await;
     let config = |urls: &[String]| {
-        let c = Config::from_urls(urls).expect("valid");
+        let c = common::config_from_urls(urls).expect("valid");
         if recheck {
             c
         } else {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::workload;
 use common::{evalsha_calls, eventually, init_tracing, script};
-use redquorum::{Client, Config, Error, IdGenerator};
+use redquorum::{Client, Error, IdGenerator};
 use redquorum_testkit::checker::{check_ids, IdCall};
 use redquorum_testkit::Cluster;
 
@@ -18,7 +18,7 @@ async fn generators(urls: &[String], count: usize, sequence: &str) -> Vec<IdGene
     let mut gens = Vec::new();
     for _ in 0..count {
         // A separate client per generator: separate connections, separate rounds.
-        let client = Client::connect(Config::from_urls(urls).expect("valid"))
+        let client = Client::connect(common::config_from_urls(urls).expect("valid"))
             .await
             .expect("valid");
         gens.push(IdGenerator::new(&client, sequence).expect("valid name"));
@@ -59,7 +59,7 @@ async fn ids_stay_unique_and_ordered_while_faults_hit_a_minority() {
     init_tracing();
     let cluster = Cluster::start(5).await;
     let config = |urls: &[String]| {
-        Config::from_urls(urls)
+        common::config_from_urls(urls)
             .expect("valid")
             .with_node_timeout(Duration::from_millis(100))
             .with_connect_timeout(Duration::from_millis(100))
@@ -139,7 +139,7 @@ async fn a_node_wiped_mid_run_causes_no_duplicate_and_no_inversion() {
     if let Err(v) = check_ids(&seen.calls) {
         panic!("checker: {v}");
     }
-    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     eventually(
@@ -161,7 +161,7 @@ async fn a_node_wiped_mid_run_causes_no_duplicate_and_no_inversion() {
 async fn amnesia_scenario(protect: bool) -> (Vec<IdCall>, Option<Error>) {
     let cluster = Cluster::start(3).await;
     let config = |urls: Vec<String>| {
-        let c = Config::from_urls(urls).expect("valid");
+        let c = common::config_from_urls(urls).expect("valid");
         if protect {
             c
         } else {
@@ -261,7 +261,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
     init_tracing();
     let cluster = Cluster::start(4).await;
     let half = |urls: Vec<String>| {
-        Config::from_urls(urls)
+        common::config_from_urls(urls)
             .expect("valid")
             .with_unsafe_quorum_for_tests(2)
     };
@@ -315,7 +315,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
     );
 
     // The real majority (three of four) refuses the first phase outright.
-    let majority = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let majority = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let err = IdGenerator::new(&majority, "split")
@@ -331,7 +331,7 @@ async fn a_lost_reply_is_never_counted_as_an_acceptance() {
     init_tracing();
     let cluster = Cluster::start(3).await;
     let client = Client::connect(
-        Config::from_urls(cluster.urls())
+        common::config_from_urls(cluster.urls())
             .expect("valid")
             .with_operation_timeout(Duration::from_secs(1)),
     )
@@ -375,7 +375,7 @@ async fn a_lost_reply_is_never_counted_as_an_acceptance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error() {
     let cluster = Cluster::start(1).await;
-    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     assert!(matches!(IdGenerator::new(&client, ""), Err(Error::Name(_))));
@@ -407,7 +407,7 @@ async fn bad_input_gets_a_clear_error() {
 /// returns a spare ID below the other process's. Returns the three calls.
 async fn spare_story(validated: bool) -> Vec<IdCall> {
     let cluster = Cluster::start(3).await;
-    let config = Config::from_urls(cluster.urls()).expect("valid");
+    let config = common::config_from_urls(cluster.urls()).expect("valid");
     let config = if validated {
         config
     } else {
@@ -480,7 +480,7 @@ async fn without_the_validating_read_the_checker_catches_an_older_spare_id() {
 async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let options = redquorum::IdOptions::default()
@@ -525,7 +525,7 @@ async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order()
 async fn fresh_generators_in_one_process_start_above_the_reserved_spares() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let mut firsts = Vec::new();
@@ -549,7 +549,7 @@ async fn fresh_generators_in_one_process_start_above_the_reserved_spares() {
 async fn the_last_ids_below_two_to_the_53_are_handed_out_before_exhaustion() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(Config::from_urls(cluster.urls()).expect("valid"))
+    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let limit: u64 = 1 << 53;

@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::{init_tracing, script, wait_repaired};
-use redquorum::{Client, Config, Error, Lock, LockGuard, LockOptions};
+use redquorum::{Client, Error, Lock, LockGuard, LockOptions};
 use redquorum_testkit::checker::{check_tenures, Tenure};
 use redquorum_testkit::{Cluster, TestNode};
 use tokio::time::Instant;
@@ -25,7 +25,7 @@ const TTL: Duration = Duration::from_secs(10);
 const B_WAIT: Duration = Duration::from_secs(2);
 
 async fn client(urls: &[String], protected: bool) -> Client {
-    let mut config = Config::from_urls(urls).expect("test URLs are valid");
+    let mut config = common::config_from_urls(urls).expect("test URLs are valid");
     if !protected {
         config = config.with_server_clock_leases_for_tests();
     }
@@ -324,7 +324,7 @@ async fn case_c_wiped_node_whose_sources_disagree(protected: bool) -> Option<Str
     init_tracing();
     let cluster = Cluster::start(3).await;
     let config = |urls: &[String]| {
-        let c = Config::from_urls(urls).expect("test URLs are valid");
+        let c = common::config_from_urls(urls).expect("test URLs are valid");
         if protected {
             c
         } else {

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use common::{evalsha_calls, init_tracing, ms, percentile};
 use redquorum::{fenced_set, FencedWrite};
-use redquorum::{Client, Config, Error, Lock, LockOptions, LossReason};
+use redquorum::{Client, Error, Lock, LockOptions, LossReason};
 use redquorum_testkit::checker::{check_tenures, Tenure, TenureViolation};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(Config::from_urls(urls).expect("valid"))
+    Client::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }
@@ -357,7 +357,7 @@ async fn with_a_quorum_of_half_the_tenure_checker_catches_two_holders() {
     init_tracing();
     let cluster = Cluster::start(4).await;
     let half = |urls: Vec<String>| {
-        Config::from_urls(urls)
+        common::config_from_urls(urls)
             .unwrap()
             .with_unsafe_quorum_for_tests(2)
     };

@@ -14,8 +14,8 @@ use common::{init_tracing, ms};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use redquorum::Client;
 use redquorum::{Assignment, Drain, DrainHook, GroupOptions, Member, Ownership};
-use redquorum::{Client, Config};
 use redquorum_testkit::checker::{self, OwnerViolation, OwnershipInterval};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
@@ -30,7 +30,7 @@ const I3_BOUND: Duration = Duration::from_millis(1500);
 type History = Vec<(Instant, Option<Assignment>)>;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(Config::from_urls(urls).expect("valid"))
+    Client::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }
@@ -312,7 +312,7 @@ async fn without_the_transition_barrier_the_checker_finds_a_double_owner() {
 
 /// Joins `id` with its own client and config (teeth switch optional, node URLs as given).
 async fn join_with(urls: &[String], id: &str, opts: GroupOptions, protected: bool) -> Member {
-    let mut config = Config::from_urls(urls).expect("valid");
+    let mut config = common::config_from_urls(urls).expect("valid");
     if !protected {
         config = config.with_server_clock_leases_for_tests();
     }

@@ -9,14 +9,14 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::init_tracing;
-use redquorum::{Client, Config, Error};
+use redquorum::{Client, Error};
 use redquorum::{Ownership, View, ViewRegisterForTests, ViewState};
 use redquorum_testkit::Cluster;
 
 const TASKS: u64 = 64;
 
 async fn client(urls: &[String]) -> Client {
-    Client::connect(Config::from_urls(urls).expect("valid"))
+    Client::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("connects")
 }

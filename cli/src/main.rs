@@ -41,15 +41,51 @@ struct Cli {
     #[arg(long, global = true)]
     attest_fsync_always: bool,
 
+    /// TLS: trust only the CA certificates in this PEM file for rediss:// nodes.
+    #[arg(long, global = true, env = "REDQUORUM_CACERT", value_name = "FILE")]
+    cacert: Option<std::path::PathBuf>,
+
+    /// TLS: present this client certificate (PEM) to the nodes (mutual TLS); needs --key.
+    #[arg(long, global = true, env = "REDQUORUM_CERT", value_name = "FILE")]
+    cert: Option<std::path::PathBuf>,
+
+    /// TLS: the private key (PEM) of --cert.
+    #[arg(long, global = true, env = "REDQUORUM_KEY", value_name = "FILE")]
+    key: Option<std::path::PathBuf>,
+
+    /// TLS: the name the nodes' certificates must carry, when the URLs' hosts are not it.
+    #[arg(long, global = true, env = "REDQUORUM_SNI", value_name = "NAME")]
+    sni: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Check every node's safety (AOF, fsync policy, eviction policy, duplicates). Exit 0 only
-    /// if every node is reachable and safe.
-    Check,
+    /// Check every node's safety (AOF, fsync policy, eviction policy, duplicates) and that the
+    /// Redis user has every permission the features need. Exit 0 only if every node is
+    /// reachable and safe and no permission is missing.
+    Check {
+        /// The features whose permissions to check (comma-separated: ids, locks, election,
+        /// indexing, distribution); default all.
+        #[arg(long, value_delimiter = ',')]
+        feature: Vec<String>,
+    },
+    /// Print the least-privilege Redis ACL for redquorum's user as `ACL SETUSER` commands,
+    /// one per line, for `redis-cli` to run as they are (needs no nodes). The first line
+    /// resets the user and grants what every client needs; each further line adds one
+    /// feature's commands. No line holds a password: add one with
+    /// `ACL SETUSER NAME >PASSWORD`.
+    Acl {
+        /// The Redis user name.
+        #[arg(long)]
+        user: String,
+        /// Only these features (comma-separated: ids, locks, election, indexing,
+        /// distribution); default all.
+        #[arg(long, value_delimiter = ',')]
+        feature: Vec<String>,
+    },
     /// PING every node; exit 0 if a majority of voting nodes answered.
     Ping,
     /// Monotonic fencing IDs.
@@ -286,11 +322,75 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Parse `--feature` values.
+fn features(names: &[String]) -> Result<Vec<redquorum::acl::Feature>, redquorum::Error> {
+    names
+        .iter()
+        .filter(|n| !n.trim().is_empty())
+        .map(|n| redquorum::acl::Feature::parse(n))
+        .collect()
+}
+
+/// The TLS options.
+struct TlsFiles {
+    cacert: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+    sni: Option<String>,
+}
+
+/// The TLS options applied to `config`.
+fn with_tls(cli: &TlsFiles, mut config: Config) -> Result<Config, redquorum::Error> {
+    if let Some(ca) = &cli.cacert {
+        config = config.with_ca_file(ca)?;
+    }
+    match (&cli.cert, &cli.key) {
+        (Some(cert), Some(key)) => config = config.with_client_cert(cert, key)?,
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(redquorum::Error::InvalidArgument(
+                "--cert (REDQUORUM_CERT) is given without --key (REDQUORUM_KEY): a client \
+                 certificate needs its key"
+                    .into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(redquorum::Error::InvalidArgument(
+                "--key (REDQUORUM_KEY) is given without --cert (REDQUORUM_CERT): a client \
+                 key needs its certificate"
+                    .into(),
+            ))
+        }
+    }
+    if let Some(name) = &cli.sni {
+        config = config.with_server_name(name)?;
+    }
+    Ok(config)
+}
+
 async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
+    if let Command::Acl { user, feature } = &cli.command {
+        for line in redquorum::acl::setuser_lines(user, &features(feature)?)? {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut config = match &cli.nodes {
         Some(list) => Config::from_list(list)?,
-        None => Config::from_env()?,
+        // Not Config::from_env: the TLS variables are the options' (clap reads them).
+        None => match std::env::var(redquorum::NODES_ENV) {
+            Ok(list) => Config::from_list(&list)?,
+            Err(std::env::VarError::NotPresent) => Err(redquorum::ConfigError::EnvMissing)?,
+            Err(std::env::VarError::NotUnicode(_)) => Err(redquorum::ConfigError::EnvNotUnicode)?,
+        },
     };
+    let tls = TlsFiles {
+        cacert: cli.cacert.clone(),
+        cert: cli.cert.clone(),
+        key: cli.key.clone(),
+        sni: cli.sni.clone(),
+    };
+    config = with_tls(&tls, config)?;
     if let Some(t) = cli.node_timeout {
         config = config.with_node_timeout(t).with_connect_timeout(t);
     }
@@ -320,7 +420,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             }
         },
         Command::Cluster(ClusterCommand::Change { to }) => {
-            let mut target = Config::from_list(&to)?
+            let mut target = with_tls(&tls, Config::from_list(&to)?)?
                 .with_node_timeout(config.node_timeout())
                 .with_connect_timeout(config.connect_timeout());
             target = target.with_fsync_always_attested(cli.attest_fsync_always);
@@ -336,7 +436,8 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check => Ok(check(&client).await),
+        Command::Check { feature } => Ok(check(&client, &features(&feature)?).await),
+        Command::Acl { .. } => Ok(ExitCode::SUCCESS),
         Command::Ping => {
             let tally = client.ping().await?;
             println!(
@@ -524,8 +625,8 @@ fn read_lines(path: &str) -> Result<Vec<String>, redquorum::Error> {
         .collect())
 }
 
-async fn check(client: &Client) -> ExitCode {
-    let reports = client.check().await;
+async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCode {
+    let (reports, permissions) = tokio::join!(client.check(), client.check_permissions(features));
     let url_width = reports
         .iter()
         .map(|r| r.url.len())
@@ -575,6 +676,23 @@ async fn check(client: &Client) -> ExitCode {
             r.summary()
         );
     }
+    let mut permitted = true;
+    for p in &permissions {
+        match &p.missing {
+            Ok(missing) if missing.is_empty() => {}
+            Ok(missing) => {
+                permitted = false;
+                for m in missing {
+                    println!("{} {}: the Redis user lacks {m}", p.node, p.url);
+                }
+            }
+            // An unreachable node is already reported above.
+            Err(_) => {}
+        }
+    }
+    if !permitted {
+        println!("missing permissions: see `redquorum acl --user NAME`");
+    }
     let n = reports.len();
     let voting = reports.iter().filter(|r| r.votes).count();
     let needed = client.majority().needed();
@@ -586,7 +704,7 @@ async fn check(client: &Client) -> ExitCode {
             "NOT all nodes are safe and reachable"
         }
     );
-    if all_safe {
+    if all_safe && permitted {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -126,6 +126,7 @@ impl Client {
             let node = Node::new(
                 NodeId(i),
                 url.clone(),
+                &config.tls,
                 config.connect_timeout,
                 // Connecting and probing run in the background, shared by every request
                 // waiting for the node; give them more room than one request so that a loaded
@@ -181,7 +182,11 @@ impl Client {
     /// Driver clients of the voting-eligible nodes, for pub/sub wake-up hints (never used to
     /// decide anything).
     pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
-        self.inner.nodes.iter().map(|n| n.driver_client()).collect()
+        self.inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.driver_client())
+            .collect()
     }
 
     /// The majority of the configured nodes.

@@ -6,12 +6,24 @@
 
 use std::time::Duration;
 
+mod tls;
 mod url;
 
+pub(crate) use tls::{hint as tls_hint, Tls};
 pub use url::NodeUrl;
 
 /// Environment variable holding comma-separated node URLs.
 pub const NODES_ENV: &str = "REDQUORUM_NODES";
+
+/// Environment variable holding the path of a PEM file of CA certificates that
+/// [`Config::from_env`] trusts for `rediss://` nodes (instead of the system's roots).
+pub const CACERT_ENV: &str = "REDQUORUM_CACERT";
+/// Environment variable holding the path of a PEM client certificate (mutual TLS).
+pub const CERT_ENV: &str = "REDQUORUM_CERT";
+/// Environment variable holding the path of the PEM private key of [`CERT_ENV`].
+pub const KEY_ENV: &str = "REDQUORUM_KEY";
+/// Environment variable holding the server name a node's certificate must carry.
+pub const SNI_ENV: &str = "REDQUORUM_SNI";
 
 /// The largest number of nodes a client accepts.
 pub const MAX_NODES: usize = 63;
@@ -60,6 +72,7 @@ pub struct Config {
     pub(crate) unvalidated_spares: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
+    pub(crate) tls: tls::Tls,
 }
 
 /// Smallest duration accepted anywhere.
@@ -113,6 +126,7 @@ impl Config {
             unvalidated_spares: false,
             cluster_identity: true,
             cluster_pin: None,
+            tls: tls::Tls::default(),
         })
     }
 
@@ -121,13 +135,110 @@ impl Config {
         Config::from_urls(list.split(',').map(str::trim).filter(|s| !s.is_empty()))
     }
 
-    /// Read the node list from [`NODES_ENV`] (`REDQUORUM_NODES`).
+    /// Read the node list from [`NODES_ENV`] (`REDQUORUM_NODES`), and the TLS settings from
+    /// [`CACERT_ENV`], [`CERT_ENV`], [`KEY_ENV`] and [`SNI_ENV`] where they are set (see
+    /// [`with_tls_env`](Config::with_tls_env)).
+    ///
+    /// # Errors
+    /// As [`from_list`](Config::from_list) and [`with_tls_env`](Config::with_tls_env);
+    /// [`ConfigError::EnvMissing`] when `REDQUORUM_NODES` is not set.
     pub fn from_env() -> Result<Config, ConfigError> {
         match std::env::var(NODES_ENV) {
-            Ok(list) => Config::from_list(&list),
+            Ok(list) => Config::from_list(&list)?.with_tls_env(),
             Err(std::env::VarError::NotPresent) => Err(ConfigError::EnvMissing),
             Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode),
         }
+    }
+
+    /// Apply the TLS settings named by [`CACERT_ENV`], [`CERT_ENV`] with [`KEY_ENV`], and
+    /// [`SNI_ENV`], each where it is set and not empty.
+    ///
+    /// # Errors
+    /// As the setters; a certificate without its key (or a key without its certificate) is
+    /// [`ConfigError::TlsSetting`]; a variable that is not UTF-8 is too.
+    pub fn with_tls_env(self) -> Result<Config, ConfigError> {
+        fn var(name: &'static str) -> Result<Option<String>, ConfigError> {
+            match std::env::var(name) {
+                Ok(v) if v.trim().is_empty() => Ok(None),
+                Ok(v) => Ok(Some(v)),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::TlsSetting {
+                    setting: name,
+                    reason: "not valid UTF-8".into(),
+                }),
+            }
+        }
+        let mut config = self;
+        if let Some(ca) = var(CACERT_ENV)? {
+            config = config.with_ca_file(ca)?;
+        }
+        match (var(CERT_ENV)?, var(KEY_ENV)?) {
+            (Some(cert), Some(key)) => config = config.with_client_cert(cert, key)?,
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(ConfigError::TlsSetting {
+                    setting: CERT_ENV,
+                    reason: format!(
+                        "is set but {KEY_ENV} is not: a client certificate needs its key"
+                    ),
+                })
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::TlsSetting {
+                    setting: KEY_ENV,
+                    reason: format!(
+                        "is set but {CERT_ENV} is not: a client key needs its certificate"
+                    ),
+                })
+            }
+        }
+        if let Some(name) = var(SNI_ENV)? {
+            config = config.with_server_name(&name)?;
+        }
+        Ok(config)
+    }
+
+    /// Trust only the CA certificates in this PEM file for `rediss://` nodes (by default the
+    /// system's roots are trusted, and the file named by `SSL_CERT_FILE`). The file is read
+    /// and checked now.
+    ///
+    /// # Errors
+    /// [`ConfigError::TlsFile`] naming the setting and the path when the file cannot be read,
+    /// holds no certificate, or holds one that is not a usable CA certificate;
+    /// [`ConfigError::TlsSetting`] when this build has no TLS.
+    pub fn with_ca_file(mut self, path: impl AsRef<std::path::Path>) -> Result<Self, ConfigError> {
+        self.tls.ca = Some(tls::ca_file(path.as_ref())?);
+        Ok(self)
+    }
+
+    /// Present this client certificate (PEM, the chain from the leaf) with its PEM private key
+    /// to `rediss://` nodes: mutual TLS, for nodes run with `tls-auth-clients yes`. Both files
+    /// are read and checked now, the key against the certificate too.
+    ///
+    /// # Errors
+    /// [`ConfigError::TlsFile`] naming the setting and the path when a file cannot be read,
+    /// holds no certificate or key, or the key does not fit the certificate;
+    /// [`ConfigError::TlsSetting`] when this build has no TLS.
+    pub fn with_client_cert(
+        mut self,
+        cert: impl AsRef<std::path::Path>,
+        key: impl AsRef<std::path::Path>,
+    ) -> Result<Self, ConfigError> {
+        self.tls.client = Some(tls::client_cert(cert.as_ref(), key.as_ref())?);
+        Ok(self)
+    }
+
+    /// Verify that every `rediss://` node's certificate is issued for `name` (and send it as
+    /// the TLS server name), instead of the host in the node's URL: for nodes reached by an
+    /// address their certificate does not name (an IP address, a tunnel). The connection
+    /// still goes to the URL's host and port.
+    ///
+    /// # Errors
+    /// [`ConfigError::TlsSetting`] when `name` is empty or not a DNS name or IP address, or
+    /// when this build has no TLS.
+    pub fn with_server_name(mut self, name: &str) -> Result<Self, ConfigError> {
+        self.tls.server_name = Some(tls::server_name(name)?);
+        Ok(self)
     }
 
     /// Deadline for one request to one node, connecting included. Default 250 ms.
@@ -315,8 +426,24 @@ impl Config {
         self.safety
     }
 
-    /// Check every duration against its range and against the others.
+    /// Check every duration against its range and against the others, and that TLS settings
+    /// are given only with `rediss://` nodes.
+    ///
+    /// # Errors
+    /// [`ConfigError::DurationOutOfRange`], [`ConfigError::Contradiction`] or
+    /// [`ConfigError::TlsSetting`], naming the setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls.is_set() {
+            if let Some((index, plain)) = self.nodes.iter().enumerate().find(|(_, n)| !n.is_tls()) {
+                return Err(ConfigError::TlsSetting {
+                    setting: "node URLs",
+                    reason: format!(
+                        "TLS settings are given but node {index} ({plain}) is redis://: use \
+                         rediss:// for every node (a plain connection would ignore them)"
+                    ),
+                });
+            }
+        }
         let ranges = [
             ("node_timeout", self.node_timeout, Duration::from_secs(60)),
             (
@@ -481,6 +608,24 @@ pub enum ConfigError {
         "no nodes configured: {NODES_ENV} is not set (expected comma-separated redis:// URLs)"
     )]
     EnvMissing,
+    /// A TLS file that cannot be used.
+    #[error("{setting}: {path}: {reason}")]
+    TlsFile {
+        /// The setting, with its CLI option and environment variable.
+        setting: &'static str,
+        /// The file's path.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A TLS setting that cannot be used (or TLS settings that do not fit the nodes).
+    #[error("{setting}: {reason}")]
+    TlsSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// `REDQUORUM_NODES` is not valid Unicode.
     #[error("{NODES_ENV} is not valid UTF-8")]
     EnvNotUnicode,

@@ -19,6 +19,7 @@ pub struct NodeUrl {
     /// The node's name in a cluster descriptor: the URL without password or fragment.
     name: String,
     secret: Option<String>,
+    tls: bool,
 }
 
 impl NodeUrl {
@@ -83,7 +84,13 @@ impl NodeUrl {
             name: shown.name(),
             identity: shown.identity(),
             secret,
+            tls,
         })
+    }
+
+    /// Whether this is a `rediss://` (TLS) URL.
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// The URL with the password replaced by `***`.

@@ -43,6 +43,7 @@ mod node;
 pub mod portmap;
 mod proxy;
 pub mod record;
+pub mod secure;
 
 pub use local::LocalNodes;
 pub use node::TestNode;

@@ -121,9 +121,18 @@ impl TestNode {
         self.proxy.addr()
     }
 
-    /// redis://127.0.0.1:PROXYPORT
+    /// redis://127.0.0.1:PROXYPORT; in secure mode ([`crate::secure`])
+    /// rediss://USER:PASSWORD@127.0.0.1:PROXYPORT, the library's least-privilege user.
     pub fn url(&self) -> String {
-        format!("redis://{}", self.proxy.addr())
+        match crate::secure::secure() {
+            Some(s) => format!(
+                "rediss://{}:{}@{}",
+                s.user,
+                crate::secure::PASSWORD,
+                self.proxy.addr()
+            ),
+            None => format!("redis://{}", self.proxy.addr()),
+        }
     }
 
     /// The fixed 127.0.0.1 port Docker publishes the node's 6379 on.
@@ -137,8 +146,12 @@ impl TestNode {
     }
 
     /// redis://127.0.0.1:HOSTPORT straight to the container's published port, bypassing the proxy.
+    /// In secure mode rediss:// (the default user, with the test client certificate).
     pub fn direct_url(&self) -> String {
-        format!("redis://{}", self.direct_addr())
+        match crate::secure::secure() {
+            Some(_) => format!("rediss://{}", self.direct_addr()),
+            None => format!("redis://{}", self.direct_addr()),
+        }
     }
 
     /// Docker id of the node's container.
@@ -195,9 +208,43 @@ impl TestNode {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
-        redis::Client::open(info)?
+        let client = match crate::secure::secure() {
+            Some(s) => redis::Client::build_with_tls(info, s.pki.certificates())?,
+            None => redis::Client::open(info)?,
+        };
+        client
             .get_multiplexed_async_connection_with_config(&config)
             .await
+    }
+
+    /// Secure mode: make the library's user (the ACL lines, then its password) as the
+    /// default user. Users live in memory only, so after every start.
+    async fn apply_acl(&self) -> Result<(), String> {
+        let Some(secure) = crate::secure::secure() else {
+            return Ok(());
+        };
+        let mut con = self
+            .try_direct_connection(None, None, DIRECT_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        for words in &secure.acl {
+            let mut cmd = redis::cmd(&words[0]);
+            for w in &words[1..] {
+                cmd.arg(w);
+            }
+            let () = cmd
+                .query_async(&mut con)
+                .await
+                .map_err(|e| format!("{}: {e}", words.join(" ")))?;
+        }
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&secure.user)
+            .arg(format!(">{}", crate::secure::PASSWORD))
+            .query_async(&mut con)
+            .await
+            .map_err(|e| format!("ACL SETUSER password: {e}"))?;
+        Ok(())
     }
 
     /// Everything the node's redis-server wrote to stdout so far, across restarts
@@ -415,7 +462,10 @@ impl TestNode {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
             let last_error = match self.ping_once().await {
-                Ok(()) => return,
+                Ok(()) => match self.apply_acl().await {
+                    Ok(()) => return,
+                    Err(e) => panic!("node {index}: {what}: the test ACL failed: {e}"),
+                },
                 Err(e) => e,
             };
             if tokio::time::Instant::now() >= deadline {
@@ -595,6 +645,16 @@ async fn start_container(
             .unwrap_or_else(|e| panic!("node {index}: cannot stat {data_dir:?}: {e}"));
         format!("{}:{}", meta.uid(), meta.gid())
     };
+    // Secure mode: TLS only, client certificates required, the PKI mounted at /tls. Without
+    // it the clock directory is mounted there too (nothing reads it).
+    let mut args = spec.args();
+    let pki_path = match crate::secure::secure() {
+        Some(s) => {
+            args.extend(s.pki.server_args("/tls", 6379, "yes"));
+            s.pki.dir().to_string_lossy().into_owned()
+        }
+        None => clock_path.clone(),
+    };
     let mut last_error = String::new();
     for _ in 0..START_ATTEMPTS {
         let host_port = pick_host_port();
@@ -605,9 +665,12 @@ async fn start_container(
         );
         let request = GenericImage::new(name.clone(), tag.clone())
             .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-            .with_cmd(spec.args())
+            .with_cmd(args.clone())
             .with_mapped_port(host_port, 6379.tcp())
             .with_mount(Mount::bind_mount(host_path.clone(), "/data"))
+            .with_mount(
+                Mount::bind_mount(pki_path.clone(), "/tls").with_access_mode(AccessMode::ReadOnly),
+            )
             // The wall-clock shim and the node's offset file; the node only reads them.
             .with_mount(
                 Mount::bind_mount(clock_path.clone(), "/clock")

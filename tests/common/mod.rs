@@ -20,9 +20,25 @@ pub fn init_tracing() {
 
 /// A client over `urls` with the test defaults (strict mode, 250 ms per node).
 pub async fn client(urls: &[String]) -> Client {
-    Client::connect(Config::from_urls(urls).expect("test URLs are valid"))
+    Client::connect(config_from_urls(urls).expect("test URLs are valid"))
         .await
         .expect("test config is valid")
+}
+
+/// `Config::from_urls`, with the test PKI's CA and client certificate in secure mode
+/// (`redquorum_testkit::secure`: the nodes serve TLS only, to the least-privilege user).
+pub fn config_from_urls<I, S>(urls: I) -> Result<Config, redquorum::ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let config = Config::from_urls(urls)?;
+    match redquorum_testkit::secure::secure() {
+        Some(s) => config
+            .with_ca_file(&s.pki.ca)?
+            .with_client_cert(&s.pki.client.cert, &s.pki.client.key),
+        None => Ok(config),
+    }
 }
 
 /// Poll `check` every 50 ms until it returns true, or panic with `what` after `limit`.
