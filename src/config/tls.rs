@@ -152,15 +152,20 @@ mod check {
             )
         })?;
         let provider = rustls::crypto::ring::default_provider();
-        rustls::sign::CertifiedKey::from_der(chain, key_der, &provider).map_err(|e| {
-            file_error(
+        rustls::sign::CertifiedKey::from_der(chain, key_der, &provider).map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => file_error(
                 KEY_SETTING,
                 &key.path,
                 format!(
                     "does not fit the client certificate {}: {e}",
                     cert.path.display()
                 ),
-            )
+            ),
+            other => file_error(
+                CERT_SETTING,
+                &cert.path,
+                format!("not a usable client certificate (X.509 v3 needed): {other}"),
+            ),
         })?;
         Ok(())
     }
