@@ -117,7 +117,7 @@ impl Election {
     pub async fn campaign(&self) -> Result<Leadership, Error> {
         loop {
             match self.lock.acquire(Duration::from_secs(3600)).await {
-                Ok(guard) => return Ok(Leadership { guard }),
+                Ok(guard) => return Ok(Leadership::won(guard)),
                 Err(
                     Error::Timeout { .. }
                     | Error::LockHeld { .. }
@@ -138,10 +138,7 @@ impl Election {
     /// # Cancel safety
     /// Cancel-safe: a lease won by a dropped call is released in the background.
     pub async fn try_campaign(&self) -> Result<Leadership, Error> {
-        self.lock
-            .try_acquire()
-            .await
-            .map(|guard| Leadership { guard })
+        self.lock.try_acquire().await.map(Leadership::won)
     }
 
     /// The leader according to a majority of the nodes, or `None` when there is none.
@@ -198,6 +195,15 @@ impl Election {
 }
 
 impl Leadership {
+    /// Leadership won with `guard`: counted now, and again when it ends (a task waits for the
+    /// lease's end, which a release or a drop of the guard also signals).
+    fn won(guard: LockGuard) -> Leadership {
+        crate::metrics::leadership_won();
+        let lost = guard.lost();
+        tokio::spawn(async move { crate::metrics::leadership_ended(&lost.await) });
+        Leadership { guard }
+    }
+
     /// The term: the fencing token of the leader's lease. Write with it.
     pub fn term(&self) -> FencingToken {
         self.guard.token()

@@ -12,6 +12,9 @@
 //! - [`Member`]: fenced peer indexing (`(index, replicas)` and owned tasks, with a safe
 //!   transition when membership changes);
 //! - [`FencingToken`], [`fenced_set`] and [`FENCED_SET_LUA`]: the resource side of fencing.
+//! - metrics through the [`metrics`](https://docs.rs/metrics) facade (quorum operations, nodes,
+//!   IDs, leases, leadership, views, quarantines and repairs), recorded by whatever recorder
+//!   the application installs; [`describe_metrics`] registers their descriptions.
 //!
 //! Work distribution (named work units) is not in this release yet. Each type's docs state
 //! its guarantees, what is not guaranteed, errors and cancel safety; every handle takes its
@@ -64,6 +67,7 @@ mod keys;
 mod lease;
 mod lock;
 mod membership;
+mod metrics;
 mod node;
 mod quorum;
 mod repair;
@@ -71,6 +75,7 @@ mod safety;
 mod scripts;
 
 // Every public item has exactly one path: here.
+pub use crate::metrics::describe_metrics;
 pub use client::Client;
 pub use cluster::Descriptor;
 pub use config::{

@@ -394,11 +394,26 @@ impl Client {
             exclusions,
             quarantine,
         });
-        *self
+        let mut cache = self
             .inner
             .verdicts
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(verdicts.clone());
+            .unwrap_or_else(|p| p.into_inner());
+        // Verdicts from newer probes, stored meanwhile by another thread, stay.
+        if cache.as_ref().is_some_and(|c| c.version > version) {
+            return verdicts;
+        }
+        // Count each node whose verdict turns to quarantined, against the verdicts stored last
+        // (under the lock: two threads judging at once count a change once).
+        for (i, q) in verdicts.quarantine.iter().enumerate() {
+            let before = cache
+                .as_ref()
+                .is_some_and(|c| c.quarantine.get(i).is_some_and(Option::is_some));
+            if q.is_some() && !before {
+                crate::metrics::node_quarantined(i);
+            }
+        }
+        *cache = Some(verdicts.clone());
         verdicts
     }
 

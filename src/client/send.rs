@@ -144,9 +144,12 @@ impl Client {
         )
         .await;
         #[cfg(feature = "test-util")]
-        if self.inner.config.lost_replies_counted {
-            return tally.with_lost_replies_counted_for_tests();
-        }
+        let tally = if self.inner.config.lost_replies_counted {
+            tally.with_lost_replies_counted_for_tests()
+        } else {
+            tally
+        };
+        crate::metrics::quorum_operation(name, &tally, |i| targets.includes(i));
         tally
     }
 

@@ -2,16 +2,20 @@
 //! decide (in [`super::decide`]) what comes next.
 
 use super::*;
+use crate::metrics::IdPath;
 
 impl Generator {
     /// Reserve a block for `total` IDs and propose it until a majority accepts it (see
     /// [`decide`] for every choice made between rounds).
     pub(super) async fn allocate(&self, total: u64) -> Result<RangeInclusive<u64>, Error> {
+        crate::metrics::id_batch(total);
         if let Some((ids, end)) = self.take_spare(total) {
             if self.validate(end).await {
+                crate::metrics::id_round(IdPath::Spare);
                 raise_high_water(&self.high_water_key, *ids.end(), self.protected());
                 return Ok(ids);
             }
+            crate::metrics::id_round(IdPath::SpareInvalid);
             // The spare's IDs become a gap; what the read learned guides the write round.
         }
         self.write(total).await
@@ -99,6 +103,7 @@ impl Generator {
             let round_started = Instant::now();
             let (base, handed, last) = self.reserve(total, lookahead, rounds.contended)?;
             let tally = self.propose(base, last).await;
+            crate::metrics::id_round(IdPath::Write);
             maybe_applied |= tally.results().iter().any(|r| r.outcome.may_have_applied());
             for (node, reply) in tally.replies() {
                 if matches!(reply, Reply::Refused { .. }) {

@@ -23,6 +23,7 @@ impl Lock {
         let lock = self.clone();
         tokio::spawn(async move {
             let result = lock.attempt().await;
+            crate::metrics::lease_acquisition(&result);
             if let Err(Ok(guard)) = tx.send(result) {
                 let _ = guard.release().await;
             }

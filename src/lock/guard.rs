@@ -1,6 +1,7 @@
 //! A held lease: extension, the watchdog, the loss signal.
 
 use super::*;
+use crate::metrics::{self, Extension};
 
 /// A lease's state, as published on [`LockGuard::status`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,9 +274,10 @@ impl LeaseShared {
             if matches!(s, LeaseStatus::Lost(_)) {
                 false
             } else {
-                // Recorded and cancelled before the change is published, so whoever sees the
-                // loss also sees when, and finds the token cancelled.
+                // Recorded, counted and cancelled before the change is published, so whoever
+                // sees the loss also sees when, finds it counted and the token cancelled.
                 *self.lost_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+                metrics::lease_loss(&reason);
                 self.cancel.cancel();
                 *s = LeaseStatus::Lost(reason.clone());
                 true
@@ -313,9 +315,11 @@ pub(super) async fn extend_once(
     {
         // An extension decided after the loss was signalled does not revive the lease.
         Ok(_) if matches!(*shared.status.borrow(), LeaseStatus::Lost(_)) => {
+            metrics::lease_extension(Extension::Late);
             Err(shared.lost_reason())
         }
         Ok(until) => {
+            metrics::lease_extension(Extension::Ok);
             let mut t = shared.times.lock().unwrap_or_else(|p| p.into_inner());
             if until.mono > t.until.mono {
                 t.until = until;
@@ -333,10 +337,14 @@ pub(super) async fn extend_once(
             Ok(())
         }
         Err((true, _)) => {
+            metrics::lease_extension(Extension::Conflict);
             shared.signal(LossReason::Conflict);
             Err(LossReason::Conflict)
         }
-        Err((false, why)) => Err(LossReason::NoQuorum(why)),
+        Err((false, why)) => {
+            metrics::lease_extension(Extension::NoQuorum);
+            Err(LossReason::NoQuorum(why))
+        }
     }
 }
 

@@ -141,6 +141,12 @@ impl Client {
     /// node quarantined (the marker is written last).
     pub(crate) async fn repair(&self, i: usize) -> RepairOutcome {
         let outcome = self.try_repair(i).await;
+        crate::metrics::repair(match &outcome {
+            RepairOutcome::NotNeeded => "not_needed",
+            RepairOutcome::Repaired { .. } => "repaired",
+            RepairOutcome::Bootstrapped { .. } => "bootstrapped",
+            RepairOutcome::Deferred(_) => "deferred",
+        });
         let node = &self.inner.nodes[i];
         match &outcome {
             RepairOutcome::NotNeeded => {}

@@ -231,6 +231,10 @@ pub(super) async fn leader_step(
         }
         Ok(next) => {
             tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
+            crate::metrics::view_change(match next.state {
+                ViewState::Prepare => crate::metrics::ViewChange::SealedPrepare,
+                ViewState::Active => crate::metrics::ViewChange::SealedActive,
+            });
             hints::publish(shared).await;
             // Acknowledgements below an active view's token can never matter again (only a
             // later prepared view's, with a higher token, are read): drop them, so the hash

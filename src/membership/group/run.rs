@@ -12,6 +12,8 @@ struct Progress {
     last_active: Option<Assignment>,
     /// A prepared view being drained: its version and the running drain hook, if any.
     draining: Option<(ViewVersion, Option<tokio::task::JoinHandle<()>>)>,
+    /// When the drain of `draining` started.
+    drain_started: Option<Instant>,
 }
 
 /// The member's loop, until `stop`; then it leaves.
@@ -88,6 +90,9 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) -> boo
         if changed {
             *v = Some(view.clone());
         }
+        if changed {
+            crate::metrics::view_change(crate::metrics::ViewChange::Adopted);
+        }
         changed
     });
     let beat_valid = beat_until.is_some_and(|u| !u.passed());
@@ -151,6 +156,7 @@ async fn drain_and_ack(
             _ => None,
         };
         progress.draining = Some((view.version, hook));
+        progress.drain_started = Some(Instant::now());
     }
     if let Some((version, hook)) = &progress.draining {
         let done = hook.as_ref().is_none_or(|h| h.is_finished());
@@ -159,6 +165,9 @@ async fn drain_and_ack(
         } else if done && ack(shared, *version, view.content_digest().into()).await {
             progress.acked = Some(*version);
             progress.draining = None;
+            if let Some(started) = progress.drain_started.take() {
+                crate::metrics::view_drain(started.elapsed());
+            }
         }
     }
 }
