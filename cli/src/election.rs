@@ -16,8 +16,8 @@ use crate::{child, default_id, parse_duration};
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum ElectionCommand {
-    /// Print the leader of election NAME, then one line per change, until SIGINT/SIGTERM (exit
-    /// 0): `leader=<candidate> term=<t>`, or `no leader`. Like `etcdctl elect --listen`. A
+    /// Print the leader of election NAME, then one line per change, until SIGINT/SIGTERM or
+    /// until stdout is closed (exit 0): `leader=<candidate> term=<t>`, or `no leader`. Like `etcdctl elect --listen`. A
     /// crashed leader stays named until a campaigning candidate takes its lease over.
     Observe {
         /// The election name.
@@ -129,7 +129,9 @@ async fn observe(
     loop {
         tokio::select! {
             change = changes.next() => match change {
-                Some(leader) => output::leader(format, name, leader.as_ref()),
+                Some(leader) => if !output::leader(format, name, leader.as_ref()) {
+                    break; // nobody reads any more
+                },
                 None => break,
             },
             _ = &mut stop => break,
@@ -186,7 +188,8 @@ async fn campaign(
         candidate: election.candidate().to_string(),
         term: leadership.term(),
     };
-    output::leader(format, name, Some(&info));
+    // Leadership is held even if nobody reads stdout: only a signal or a loss ends it.
+    let _ = output::leader(format, name, Some(&info));
     tokio::select! {
         reason = leadership.lost() => {
             eprintln!("redquorum: leadership of {name:?} lost ({reason})");

@@ -827,7 +827,9 @@ async fn dist_watch(
         });
         if let Some(line) = line {
             if last.as_deref() != Some(line.as_str()) {
-                output::line(&line);
+                if !output::line(&line) {
+                    break; // nobody reads any more
+                }
                 last = Some(line);
             }
         }
@@ -887,7 +889,9 @@ async fn index_watch(
         });
         if let Some(line) = line {
             if last.as_deref() != Some(line.as_str()) {
-                output::line(&line);
+                if !output::line(&line) {
+                    break; // nobody reads any more
+                }
                 last = Some(line);
             }
         }

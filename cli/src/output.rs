@@ -26,7 +26,8 @@ macro_rules! json_fields {
         "\
 JSON output (--output json): one document for check, id next and lock holder; JSON Lines
 (one object per line, flushed) for index watch, dist watch, election observe and election
-campaign. Fields are only ever added, never renamed or removed.
+campaign. Fields are only ever added, never renamed or removed. Streaming commands stop (exit 0) when
+stdout is closed.
   check:             {\"nodes\":[{\"node\",\"url\",\"status\":\"ok|unsafe|down\",\"votes\",\
 \"version\",\"latency_ms\",\"run_id\",\"clock_skew_ms\",\"findings\":[{\"severity\":\
 \"unsafe|warning|info\",\"finding\"}]}],\"voting\",\"total\",\"needed\",\"all_safe\"} \
@@ -42,21 +43,21 @@ lock run and election run print nothing of their own; the other commands refuse 
 }
 
 /// Print one line and flush, for streaming commands (a reader sees each change at once).
-/// Write errors (a closed pipe) are ignored: the command goes on until it is stopped.
-pub(crate) fn line(text: &str) {
+/// False when stdout is gone (a closed pipe): a streaming command then stops, as if signalled.
+#[must_use = "a streaming command stops when its reader is gone"]
+pub(crate) fn line(text: &str) -> bool {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
 }
 
-/// Print one JSON value on one line.
-pub(crate) fn json_line(value: &Value) {
-    line(&value.to_string());
+/// Print one JSON value on one line; false when stdout is gone.
+pub(crate) fn json_line(value: &Value) -> bool {
+    line(&value.to_string())
 }
 
 /// `lock holder` in either format; exit 0 when held, 1 when not.
 pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> ExitCode {
-    match format {
+    let _ = match format {
         Format::Json => json_line(&match holder {
             Some(h) => json!({
                 "lock": lock,
@@ -81,7 +82,7 @@ pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> Exi
             ),
             None => "no holder".to_string(),
         }),
-    }
+    };
     if holder.is_some() {
         ExitCode::SUCCESS
     } else {
@@ -89,8 +90,9 @@ pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> Exi
     }
 }
 
-/// One leadership state: `leader=<candidate> term=<t>` / `no leader`, or its JSON object.
-pub(crate) fn leader(format: Format, election: &str, leader: Option<&LeaderInfo>) {
+/// One leadership state: `leader=<candidate> term=<t>` / `no leader`, or its JSON object;
+/// false when stdout is gone.
+pub(crate) fn leader(format: Format, election: &str, leader: Option<&LeaderInfo>) -> bool {
     match format {
         Format::Json => json_line(&json!({
             "election": election,
@@ -106,7 +108,7 @@ pub(crate) fn leader(format: Format, election: &str, leader: Option<&LeaderInfo>
 
 /// `id next --output json`: `{"sequence":..,"ids":[..]}`.
 pub(crate) fn ids(sequence: &str, ids: &[u64]) {
-    json_line(&json!({ "sequence": sequence, "ids": ids }));
+    let _ = json_line(&json!({ "sequence": sequence, "ids": ids }));
 }
 
 /// `check --output json`: the same verdict and exit code as the table.
@@ -144,7 +146,7 @@ pub(crate) async fn check_json(client: &Client) -> ExitCode {
             "findings": findings,
         }));
     }
-    json_line(&json!({
+    let _ = json_line(&json!({
         "nodes": nodes,
         "voting": reports.iter().filter(|r| r.votes).count(),
         "total": reports.len(),

@@ -999,6 +999,11 @@ async fn election_observe_prints_each_leader_and_no_leader_between() {
         "{first}"
     );
     assert_eq!(first["election"], "boss");
+    // An observer whose reader goes away stops at its next line.
+    let mut gone = spawn_piped(&nodes, &observe);
+    let mut g = lines_of(&mut gone);
+    assert_eq!(next_line(&mut g).await, "no leader");
+    drop(g);
 
     let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
         .await
@@ -1010,6 +1015,11 @@ async fn election_observe_prints_each_leader_and_no_leader_between() {
         .unwrap();
     let t1 = alpha.term().get();
     assert_eq!(next_line(&mut t).await, format!("leader=alpha term={t1}"));
+    assert_eq!(
+        exit_code(&mut gone).await,
+        Some(0),
+        "stdout closed: the observer stops"
+    );
     let v = json(&next_line(&mut j).await);
     assert_eq!(
         (v["leader"].as_str(), v["term"].as_u64()),
@@ -1244,6 +1254,56 @@ async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields(
     }
     signal(&watch, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(exit_code(&mut watch).await, Some(0));
+
+    run_ok(&nodes, &["units", "add", "parsers", "site-b", "site-a"]).await;
+    let mut dist = spawn_piped(
+        &nodes,
+        &[
+            "--output",
+            "json",
+            "dist",
+            "watch",
+            "parsers",
+            "--interval",
+            "300ms",
+            "--id",
+            "m",
+        ],
+    );
+    let mut lines = lines_of(&mut dist);
+    loop {
+        let v = json(&next_line(&mut lines).await);
+        assert_fields(&v, &["pool", "version", "state", "units"]);
+        assert!(v["version"].is_u64() && v["pool"] == "parsers", "{v}");
+        if v["state"] == "active" && v["units"].as_array().is_some_and(|u| !u.is_empty()) {
+            assert_eq!(v["units"], serde_json::json!(["site-a", "site-b"]));
+            break;
+        }
+    }
+    signal(&dist, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(exit_code(&mut dist).await, Some(0));
+
+    let mut campaign = spawn_piped(
+        &nodes,
+        &[
+            "--output",
+            "json",
+            "election",
+            "campaign",
+            "boss",
+            "--candidate",
+            "c1",
+        ],
+    );
+    let v = json(&next_line(&mut lines_of(&mut campaign)).await);
+    assert_fields(&v, &["election", "leader", "term"]);
+    assert_eq!(
+        (v["election"].as_str(), v["leader"].as_str()),
+        (Some("boss"), Some("c1"))
+    );
+    assert!(v["term"].is_u64(), "{v}");
+    signal(&campaign, nix::sys::signal::Signal::SIGINT);
+    assert_eq!(exit_code(&mut campaign).await, Some(0));
 
     let out = redquorum(&["--nodes", &nodes, "--output", "json", "ping"]).await;
     assert_eq!(out.status.code(), Some(2), "no JSON form: refused");
