@@ -1460,3 +1460,42 @@ async fn metrics_addr_serves_prometheus_text_and_bad_addresses_are_named() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `election run` shares `lock run`'s child handling: when leadership is lost (a majority cut
+/// off) the command is stopped and the exit code is 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_run_stops_the_command_when_leadership_is_lost() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("touch {}; exec sleep 60", ready.display());
+    let mut run = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "election", "run", "cut", "--ttl", "1s", "--", "sh", "-c", &script,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cut = Instant::now();
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let code = exit_code(&mut run).await;
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(code, Some(4), "leadership lost: exit 4 ({stderr})");
+    assert!(stderr.contains("lost"), "{stderr}");
+    assert!(
+        cut.elapsed() < Duration::from_secs(5),
+        "stopped within the lease: {:?}",
+        cut.elapsed()
+    );
+}
