@@ -8,16 +8,49 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use redquorum::{Client, Config, SafetyMode};
 
+#[macro_use]
+mod output;
+mod child;
+mod election;
+mod metrics;
 mod record;
+
+use election::ElectionCommand;
+use metrics::MetricsArgs;
+use output::Format;
+
+/// The exit codes, shown at the end of `-h` and `--help` (and in the README, "CLI exit
+/// codes").
+macro_rules! exit_codes {
+    () => {
+        "\
+Exit codes:
+  0        success; lock holder: the lock is held; the watchers (index watch, dist watch,
+           election observe) and election campaign: stopped by SIGINT/SIGTERM
+  1        check: not every node is reachable and safe, or the Redis user lacks a permission
+           the checked features need; lock holder: no holder;
+           cluster show: no cluster descriptor readable yet
+  2        error: bad input or option (usage errors too), no majority, I/O
+  3        lock run: lock not acquired (held, or --wait elapsed); election run/campaign: not
+           elected within --wait
+  4        lock run, election run/campaign: the lease (leadership) was lost; the command's
+           process group was stopped
+  130/143  lock run, election run: stopped by SIGINT/SIGTERM (the command's group too)
+  other    lock run, election run: the command's own exit code, 128+N if signal N ended it
+           (a command's own 1-4 cannot be told from the codes above)"
+    };
+}
 
 #[derive(Parser, Debug)]
 #[command(
     name = "redquorum",
     version,
-    about = "Coordination over N independent Redis nodes with majority quorums"
+    about = "Coordination over N independent Redis nodes with majority quorums",
+    after_help = exit_codes!(),
+    after_long_help = concat!(exit_codes!(), "\n\n", json_fields!())
 )]
 struct Cli {
     /// Comma-separated node URLs (redis:// or rediss://). Defaults to $REDQUORUM_NODES.
@@ -56,6 +89,12 @@ struct Cli {
     /// TLS: the name the nodes' certificates must carry, when the URLs' hosts are not it.
     #[arg(long, global = true, env = "REDQUORUM_SNI", value_name = "NAME")]
     sni: Option<String>,
+
+    /// Output format: text, or JSON for scripts (check, id next, lock holder, index watch,
+    /// dist watch, election observe/campaign; the fields are listed at the end of
+    /// `redquorum --help`).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    output: Format,
 
     #[command(subcommand)]
     command: Command,
@@ -106,6 +145,16 @@ enum Command {
     /// Work distribution: join a pool, or show its table.
     #[command(subcommand)]
     Dist(DistCommand),
+    /// Leader election: observe the leader, campaign, or run a command while leader.
+    #[command(subcommand)]
+    Election(ElectionCommand),
+    /// Print a shell completion script, e.g. `redquorum completions bash >
+    /// /etc/bash_completion.d/redquorum`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,6 +177,8 @@ enum DistCommand {
         /// Restart grace: a member that comes back with the same ID within it keeps its units.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         grace: Duration,
+        #[command(flatten)]
+        metrics: MetricsArgs,
         /// Testing aid: append this member's ownership intervals to FILE (CLOCK_MONOTONIC
         /// times; see cli/src/record.rs) for a checker in another process.
         #[arg(long, hide = true, value_name = "FILE")]
@@ -250,6 +301,8 @@ enum IndexCommand {
         /// This instance's ID (default: hostname-pid).
         #[arg(long)]
         id: Option<String>,
+        #[command(flatten)]
+        metrics: MetricsArgs,
         /// Testing aid: append this member's ownership of tasks 0..--tasks to FILE
         /// (CLOCK_MONOTONIC times; see cli/src/record.rs) for a checker in another process.
         #[arg(long, hide = true, value_name = "FILE")]
@@ -280,9 +333,19 @@ enum LockCommand {
         /// How long to wait for the lock; 0 tries once (for cron on every host).
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         wait: Duration,
+        #[command(flatten)]
+        metrics: MetricsArgs,
         /// The command and its arguments.
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
+    },
+    /// Print who holds lock NAME according to a majority: `holder=<h> token=<t> version=<v>
+    /// ttl=<ms>ms`, or `no holder`. Exit 0 when held, 1 when not. A crashed holder stays
+    /// named until another client takes the lease over (watch `version`: it changes at every
+    /// extension of a live holder).
+    Holder {
+        /// The lock name.
+        name: String,
     },
 }
 
@@ -313,6 +376,22 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Command::Completions { shell } = cli.command {
+        // Into a buffer: the generator panics on a write error (a closed pipe).
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "redquorum", &mut script);
+        let mut out = std::io::stdout().lock();
+        return match std::io::Write::write_all(&mut out, &script)
+            .and_then(|()| std::io::Write::flush(&mut out))
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("redquorum: cannot write the completion script: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
@@ -368,6 +447,31 @@ fn with_tls(cli: &TlsFiles, mut config: Config) -> Result<Config, redquorum::Err
     Ok(config)
 }
 
+/// Whether `command` has a JSON form (or prints nothing of its own: `lock run`, `election
+/// run`).
+fn json_supported(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Check { .. }
+            | Command::Id(IdCommand::Next { .. })
+            | Command::Lock(_)
+            | Command::Index(IndexCommand::Watch { .. })
+            | Command::Dist(DistCommand::Watch { .. })
+            | Command::Election(_)
+    )
+}
+
+/// The `--metrics-addr` option of a long-running command, and the command's name.
+fn metrics_of(command: &Command) -> Option<(&MetricsArgs, &'static str)> {
+    match command {
+        Command::Lock(LockCommand::Run { metrics, .. }) => Some((metrics, "lock run")),
+        Command::Index(IndexCommand::Watch { metrics, .. }) => Some((metrics, "index watch")),
+        Command::Dist(DistCommand::Watch { metrics, .. }) => Some((metrics, "dist watch")),
+        Command::Election(e) => Some(e.metrics()),
+        _ => None,
+    }
+}
+
 async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
     if let Command::Acl { user, feature } = &cli.command {
         for line in redquorum::acl::setuser_lines(user, &features(feature)?)? {
@@ -375,6 +479,17 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if cli.output == Format::Json && !json_supported(&cli.command) {
+        return Err(redquorum::Error::InvalidArgument(
+            "--output json is not supported by this command (supported: check, id next, lock \
+             holder, index watch, dist watch, election observe, election campaign)"
+                .into(),
+        ));
+    }
+    if let Some((args, name)) = metrics_of(&cli.command) {
+        metrics::install(args, name)?;
+    }
+    let format = cli.output;
     let mut config = match &cli.nodes {
         Some(list) => Config::from_list(list)?,
         // Not Config::from_env: the TLS variables are the options' (clap reads them).
@@ -436,8 +551,22 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { feature } => Ok(check(&client, &features(&feature)?).await),
-        Command::Acl { .. } => Ok(ExitCode::SUCCESS),
+        Command::Check { feature } => {
+            let features = features(&feature)?;
+            Ok(match format {
+                Format::Text => check(&client, &features).await,
+                Format::Json => output::check_json(&client, &features).await,
+            })
+        }
+        Command::Acl { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
+        Command::Election(command) => election::run(&client, command, format).await,
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
+        Command::Lock(LockCommand::Holder { name }) => {
+            let holder = redquorum::Lock::new(&client, &name, Duration::from_secs(10))?
+                .holder()
+                .await?;
+            Ok(output::holder(format, &name, holder.as_ref()))
+        }
         Command::Ping => {
             let tally = client.ping().await?;
             println!(
@@ -457,6 +586,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             tasks,
             #[cfg(feature = "test-util")]
             no_barrier_for_tests,
+            ..
         }) => {
             let mut opts = redquorum::GroupOptions::default().with_interval(interval);
             #[cfg(feature = "test-util")]
@@ -471,13 +601,14 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 Ok(None) => None,
                 Err(code) => return Ok(code),
             };
-            index_watch(&client, &group, id, opts, recorder).await
+            index_watch(&client, &group, id, opts, recorder, format).await
         }
         Command::Lock(LockCommand::Run {
             name,
             ttl,
             wait,
             command,
+            ..
         }) => lock_run(&client, &name, ttl, wait, &command).await,
         Command::Units(command) => units(&client, command).await,
         Command::Dist(DistCommand::Table { pool }) => {
@@ -507,6 +638,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             record,
             #[cfg(feature = "test-util")]
             no_barrier_for_tests,
+            ..
         }) => {
             let mut opts = redquorum::PoolOptions::default()
                 .with_interval(interval)
@@ -524,7 +656,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 Ok(None) => None,
                 Err(code) => return Ok(code),
             };
-            dist_watch(&client, &pool, id, opts, recorder).await
+            dist_watch(&client, &pool, id, opts, recorder, format).await
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
             // One call per process: spare IDs would only become a gap.
@@ -532,6 +664,10 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             let ids = redquorum::IdGenerator::with_options(&client, &sequence, options)?
                 .next_ids(count)
                 .await?;
+            if format == Format::Json {
+                output::ids(&sequence, &ids.collect::<Vec<u64>>());
+                return Ok(ExitCode::SUCCESS);
+            }
             let mut out = String::with_capacity(ids.size_hint().0 * 12);
             for id in ids {
                 out.push_str(&id.to_string());
@@ -719,10 +855,6 @@ async fn lock_run(
     wait: Duration,
     command: &[String],
 ) -> Result<ExitCode, redquorum::Error> {
-    use nix::sys::signal::{killpg, Signal};
-    use nix::unistd::Pid;
-    use std::os::unix::process::ExitStatusExt;
-
     let options =
         redquorum::LockOptions::default().with_holder(&format!("pid {}", std::process::id()));
     let lock = redquorum::Lock::with_options(client, name, ttl, options)?;
@@ -738,102 +870,13 @@ async fn lock_run(
         }
         Err(e) => return Err(e),
     };
-    let (program, args) = match command.split_first() {
-        Some(split) => split,
-        None => {
-            return Err(redquorum::Error::InvalidArgument(
-                "no command given after --".into(),
-            ))
-        }
-    };
-    let mut child = match tokio::process::Command::new(program)
-        .args(args)
-        .env("REDQUORUM_FENCING_TOKEN", guard.token().to_string())
-        .env("REDQUORUM_LOCK_NAME", name)
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = guard.release().await;
-            return Err(redquorum::Error::InvalidArgument(format!(
-                "cannot run {program:?}: {e}"
-            )));
-        }
-    };
-    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
-    let kill_group = |sig: Signal| {
-        if let Some(pgid) = pgid {
-            let _ = killpg(pgid, sig);
-        }
-    };
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let terminated = async {
-        match sigterm.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        status = child.wait() => {
-            let _ = guard.release().await;
-            let code = match status {
-                Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
-                Err(_) => 1,
-            };
-            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-        }
-        reason = guard.lost() => {
-            // Stop the child before anyone else can hold the lock: SIGTERM now, SIGKILL once
-            // the remaining validity is used up.
-            eprintln!("redquorum: lease on {name:?} lost ({reason}); stopping the command");
-            kill_group(Signal::SIGTERM);
-            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                kill_group(Signal::SIGKILL);
-                let _ = child.wait().await;
-            }
-            kill_group(Signal::SIGKILL); // grandchildren that outlived the child
-            let _ = guard.release().await;
-            Ok(ExitCode::from(4))
-        }
-        _ = terminated => {
-            kill_group(Signal::SIGTERM);
-            stop_within_lease(&mut child, &guard, kill_group).await;
-            let _ = guard.release().await;
-            Ok(ExitCode::from(143))
-        }
-        _ = tokio::signal::ctrl_c() => {
-            kill_group(Signal::SIGTERM);
-            stop_within_lease(&mut child, &guard, kill_group).await;
-            let _ = guard.release().await;
-            Ok(ExitCode::from(130))
-        }
-    }
-}
-
-/// After SIGTERM was sent to the child's group on our own shutdown: give it up to 5 s to end,
-/// but never past the lease (the guard keeps extending meanwhile; if the lease is lost, SIGKILL
-/// goes out by its deadline), then SIGKILL what is left of the group.
-async fn stop_within_lease(
-    child: &mut tokio::process::Child,
-    guard: &redquorum::LockGuard,
-    kill_group: impl Fn(nix::sys::signal::Signal),
-) {
-    use nix::sys::signal::Signal;
-    tokio::select! {
-        _ = tokio::time::timeout(Duration::from_secs(5), child.wait()) => {}
-        _ = guard.lost() => {
-            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
-            let _ = tokio::time::timeout(grace, child.wait()).await;
-        }
-    }
-    kill_group(Signal::SIGKILL);
-    let _ = child.wait().await;
+    let env = [
+        ("REDQUORUM_FENCING_TOKEN", guard.token().to_string()),
+        ("REDQUORUM_LOCK_NAME", name.to_string()),
+    ];
+    let code = child::run_while_held(&guard, name, command, &env).await;
+    let _ = guard.release().await;
+    code
 }
 
 /// This instance's default member ID: `<hostname>-<pid>`.
@@ -870,9 +913,9 @@ async fn dist_watch(
     id: Option<String>,
     opts: redquorum::PoolOptions,
     recorder: Option<record::Recorder>,
+    format: Format,
 ) -> Result<ExitCode, redquorum::Error> {
     use redquorum::ViewState;
-    use std::io::Write;
 
     let id = id.unwrap_or_else(default_id);
     let member = redquorum::PoolMember::join(client, pool, &id, opts).await?;
@@ -891,17 +934,24 @@ async fn dist_watch(
                 ViewState::Active => "active",
             };
             let units: Vec<String> = a.units()?.iter().cloned().collect();
-            Some(format!(
-                "version={} state={state} count={} units={}",
-                a.token.get(),
-                units.len(),
-                units.join(",")
-            ))
+            Some(match format {
+                Format::Text => format!(
+                    "version={} state={state} count={} units={}",
+                    a.token.get(),
+                    units.len(),
+                    units.join(",")
+                ),
+                Format::Json => serde_json::json!({
+                    "pool": pool, "version": a.token.get(), "state": state, "units": units,
+                })
+                .to_string(),
+            })
         });
         if let Some(line) = line {
             if last.as_deref() != Some(line.as_str()) {
-                println!("{line}");
-                let _ = std::io::stdout().flush();
+                if !output::line(&line) {
+                    break; // nobody reads any more
+                }
                 last = Some(line);
             }
         }
@@ -925,9 +975,9 @@ async fn index_watch(
     id: Option<String>,
     opts: redquorum::GroupOptions,
     recorder: Option<record::Recorder>,
+    format: Format,
 ) -> Result<ExitCode, redquorum::Error> {
     use redquorum::{Member, ViewState};
-    use std::io::Write;
 
     let id = id.unwrap_or_else(default_id);
     let member = Member::join(client, group, &id, opts).await?;
@@ -947,15 +997,23 @@ async fn index_watch(
                 ViewState::Prepare => "prepare",
                 ViewState::Active => "active",
             };
-            Some(format!(
-                "version={token} index={index} replicas={} state={state}",
-                v.replicas()
-            ))
+            Some(match format {
+                Format::Text => format!(
+                    "version={token} index={index} replicas={} state={state}",
+                    v.replicas()
+                ),
+                Format::Json => serde_json::json!({
+                    "group": group, "version": token.get(), "index": index,
+                    "replicas": v.replicas(), "state": state,
+                })
+                .to_string(),
+            })
         });
         if let Some(line) = line {
             if last.as_deref() != Some(line.as_str()) {
-                println!("{line}");
-                let _ = std::io::stdout().flush();
+                if !output::line(&line) {
+                    break; // nobody reads any more
+                }
                 last = Some(line);
             }
         }

@@ -863,3 +863,652 @@ async fn dist_watch_and_table_share_units_and_a_killed_member_hands_over() {
     assert_eq!(table().await, format!("a:{}\n", sites.join(",")));
     a.start_kill().unwrap();
 }
+
+/// Spawn the binary with `--nodes nodes` and `args`, stdout piped, killed on drop.
+fn spawn_piped(nodes: &str, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(BIN)
+        .args(["--nodes", nodes])
+        .args(args)
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+type Lines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+fn lines_of(child: &mut tokio::process::Child) -> Lines {
+    use tokio::io::AsyncBufReadExt;
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).lines()
+}
+
+/// The next line within 10 s.
+async fn next_line(lines: &mut Lines) -> String {
+    tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a line within 10 s")
+        .expect("stdout")
+        .expect("the stream goes on")
+}
+
+fn signal(child: &tokio::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id().unwrap() as i32), sig).unwrap();
+}
+
+async fn exit_code(child: &mut tokio::process::Child) -> Option<i32> {
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits within 10 s")
+        .unwrap()
+        .code()
+}
+
+fn json(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+}
+
+/// Every field of `want` is in `value` (an object), and no other.
+fn assert_fields(value: &serde_json::Value, want: &[&str]) {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut want = want.to_vec();
+    want.sort_unstable();
+    assert_eq!(keys, want, "the documented fields: {value}");
+}
+
+/// `lock holder`: the holder and its token when held (exit 0), `no holder` when not (exit 1),
+/// in text and in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_holder_names_the_holder_and_token_and_exits_one_when_free() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let holder_fields = ["lock", "held", "holder", "token", "version", "ttl_ms"];
+    let out = redquorum(&["--nodes", &nodes, "lock", "holder", "reports"]).await;
+    assert_eq!(out.status.code(), Some(1), "no holder: exit 1");
+    assert_eq!(text(&out).0, "no holder\n");
+    let out = redquorum(&[
+        "--nodes", &nodes, "--output", "json", "lock", "holder", "reports",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1), "no holder: exit 1");
+    let v = json(text(&out).0.trim_end());
+    assert_fields(&v, &holder_fields);
+    assert_eq!(v["held"], false);
+    assert!(v["holder"].is_null() && v["token"].is_null(), "{v}");
+
+    let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
+        .await
+        .unwrap();
+    let options = redquorum::LockOptions::default().with_holder("host-a worker");
+    let guard = redquorum::Lock::with_options(&client, "reports", Duration::from_secs(3), options)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let token = guard.token().get();
+    let out = redquorum(&["--nodes", &nodes, "lock", "holder", "reports"]).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "held: exit 0 {stderr}");
+    let line = stdout.trim_end();
+    assert!(
+        line.starts_with(&format!("holder=host-a worker token={token} version="))
+            && line.ends_with(" ttl=3000ms"),
+        "{line:?}"
+    );
+    let out = redquorum(&[
+        "lock", "holder", "reports", "--nodes", &nodes, "--output", "json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let v = json(text(&out).0.trim_end());
+    assert_fields(&v, &holder_fields);
+    assert_eq!(v["lock"], "reports");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["holder"], "host-a worker");
+    assert_eq!(v["token"], token);
+    assert_eq!(v["ttl_ms"], 3000);
+    assert!(v["version"].is_u64(), "{v}");
+    guard.release().await.unwrap();
+}
+
+/// `election observe` prints the leader, `no leader` after a resignation, and the next
+/// leader (an `election campaign` process, which resigns on SIGTERM and exits 0); its JSON
+/// Lines carry the documented fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_observe_prints_each_leader_and_no_leader_between() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let observe = ["election", "observe", "boss", "--interval", "200ms"];
+    let mut text_obs = spawn_piped(&nodes, &observe);
+    let mut json_args = vec!["--output", "json"];
+    json_args.extend(observe);
+    let mut json_obs = spawn_piped(&nodes, &json_args);
+    let (mut t, mut j) = (lines_of(&mut text_obs), lines_of(&mut json_obs));
+    assert_eq!(next_line(&mut t).await, "no leader");
+    let first = json(&next_line(&mut j).await);
+    assert_fields(&first, &["election", "leader", "term"]);
+    assert!(
+        first["leader"].is_null() && first["term"].is_null(),
+        "{first}"
+    );
+    assert_eq!(first["election"], "boss");
+    // An observer whose reader goes away stops at its next line.
+    let mut gone = spawn_piped(&nodes, &observe);
+    let mut g = lines_of(&mut gone);
+    assert_eq!(next_line(&mut g).await, "no leader");
+    drop(g);
+
+    let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
+        .await
+        .unwrap();
+    let alpha = redquorum::Election::new(&client, "boss", Duration::from_secs(5), "alpha")
+        .unwrap()
+        .campaign()
+        .await
+        .unwrap();
+    let t1 = alpha.term().get();
+    assert_eq!(next_line(&mut t).await, format!("leader=alpha term={t1}"));
+    assert_eq!(
+        exit_code(&mut gone).await,
+        Some(0),
+        "stdout closed: the observer stops"
+    );
+    let v = json(&next_line(&mut j).await);
+    assert_eq!(
+        (v["leader"].as_str(), v["term"].as_u64()),
+        (Some("alpha"), Some(t1))
+    );
+    alpha.resign().await.unwrap();
+    assert_eq!(next_line(&mut t).await, "no leader");
+    assert!(json(&next_line(&mut j).await)["leader"].is_null());
+
+    // Another candidate takes over, from the CLI.
+    let mut beta = spawn_piped(
+        &nodes,
+        &[
+            "election",
+            "campaign",
+            "boss",
+            "--candidate",
+            "beta",
+            "--ttl",
+            "2s",
+        ],
+    );
+    let mut b = lines_of(&mut beta);
+    let elected = next_line(&mut b).await;
+    let t2: u64 = elected
+        .strip_prefix("leader=beta term=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("campaign prints its leadership: {elected:?}"));
+    assert!(t2 > t1, "terms increase: {t1} then {t2}");
+    assert_eq!(next_line(&mut t).await, format!("leader=beta term={t2}"));
+    let v = json(&next_line(&mut j).await);
+    assert_eq!(
+        (v["leader"].as_str(), v["term"].as_u64()),
+        (Some("beta"), Some(t2))
+    );
+    signal(&beta, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(
+        exit_code(&mut beta).await,
+        Some(0),
+        "campaign resigns, exit 0"
+    );
+    assert_eq!(next_line(&mut t).await, "no leader");
+    assert!(json(&next_line(&mut j).await)["leader"].is_null());
+
+    signal(&text_obs, nix::sys::signal::Signal::SIGINT);
+    signal(&json_obs, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(exit_code(&mut text_obs).await, Some(0));
+    assert_eq!(exit_code(&mut json_obs).await, Some(0));
+}
+
+/// `election run` waits (beyond `lock run`'s default of one try) until it is elected, runs the
+/// command with the term, the name and its candidate ID, and exits with the command's code;
+/// with --wait it gives up with 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_run_waits_to_lead_then_runs_the_command_with_its_term() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
+        .await
+        .unwrap();
+    let alpha = redquorum::Election::new(&client, "boss", Duration::from_secs(5), "alpha")
+        .unwrap()
+        .campaign()
+        .await
+        .unwrap();
+
+    let out = redquorum(&[
+        "--nodes", &nodes, "election", "run", "boss", "--wait", "300ms", "--", "sh", "-c",
+        "echo RAN",
+    ])
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "not elected within --wait: exit 3"
+    );
+    assert!(!text(&out).0.contains("RAN"), "the command must not run");
+    assert!(text(&out).1.contains("not elected"), "{}", text(&out).1);
+
+    let mut run = spawn_piped(
+        &nodes,
+        &[
+            "election",
+            "run",
+            "boss",
+            "--candidate",
+            "beta",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo term=$REDQUORUM_FENCING_TOKEN name=$REDQUORUM_LOCK_NAME \
+             candidate=$REDQUORUM_CANDIDATE; exit 6",
+        ],
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "election run keeps campaigning while another leads"
+    );
+    let t1 = alpha.term().get();
+    alpha.resign().await.unwrap();
+    let mut lines = lines_of(&mut run);
+    let line = next_line(&mut lines).await;
+    let t2: u64 = line
+        .strip_prefix("term=")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    assert!(t2 > t1, "the new leader's term is larger ({t1} then {t2})");
+    assert!(line.ends_with(" name=boss candidate=beta"), "{line:?}");
+    assert_eq!(
+        exit_code(&mut run).await,
+        Some(6),
+        "the command's exit code"
+    );
+    let out = redquorum(&["--nodes", &nodes, "lock", "holder", "boss"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "resigned when the command ended"
+    );
+}
+
+/// `--output json` of `check`, `id next` and `index watch`: one document / JSON Lines with
+/// the documented fields; commands without a JSON form refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let out = redquorum(&["--nodes", &nodes, "--output", "json", "check"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let (stdout, _) = text(&out);
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "one document on one line: {stdout}"
+    );
+    let v = json(stdout.trim_end());
+    assert_fields(&v, &["nodes", "voting", "total", "needed", "all_safe"]);
+    assert_eq!(
+        (v["total"].as_u64(), v["needed"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(v["all_safe"], true);
+    let node_fields = [
+        "node",
+        "url",
+        "status",
+        "votes",
+        "version",
+        "latency_ms",
+        "run_id",
+        "clock_skew_ms",
+        "findings",
+    ];
+    for n in v["nodes"].as_array().unwrap() {
+        assert_fields(n, &node_fields);
+        assert_eq!(n["status"], "ok");
+        assert!(n["latency_ms"].is_f64() && n["findings"].is_array(), "{n}");
+    }
+    // A down node (beside two fresh ones): status "down", a finding with its severity, exit 1.
+    let two = Cluster::start(2).await;
+    let mut urls = two.urls();
+    urls.push("redis://127.0.0.1:1".into());
+    let out = redquorum(&[
+        "--nodes",
+        &urls.join(","),
+        "--node-timeout",
+        "300ms",
+        "--output",
+        "json",
+        "check",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(text(&out).0.trim_end());
+    let down = &v["nodes"][2];
+    assert_eq!(down["status"], "down", "{v}");
+    assert!(down["version"].is_null(), "{down}");
+    assert_eq!(down["findings"][0]["severity"], "unsafe", "{down}");
+    assert_fields(&down["findings"][0], &["severity", "finding"]);
+
+    let out = redquorum(&[
+        "--nodes", &nodes, "--output", "json", "id", "next", "jobs", "-n", "3",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let v = json(text(&out).0.trim_end());
+    assert_fields(&v, &["sequence", "ids"]);
+    assert_eq!(v["sequence"], "jobs");
+    let ids: Vec<u64> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect();
+    assert!(
+        ids.len() == 3 && ids[1] == ids[0] + 1 && ids[2] == ids[1] + 1,
+        "{ids:?}"
+    );
+
+    let mut watch = spawn_piped(
+        &nodes,
+        &[
+            "--output",
+            "json",
+            "index",
+            "watch",
+            "workers",
+            "--interval",
+            "300ms",
+            "--id",
+            "a",
+        ],
+    );
+    let mut lines = lines_of(&mut watch);
+    loop {
+        let v = json(&next_line(&mut lines).await);
+        assert_fields(&v, &["group", "version", "index", "replicas", "state"]);
+        assert_eq!(v["group"], "workers");
+        assert!(v["version"].is_u64(), "{v}");
+        if v["state"] == "active" {
+            assert_eq!(
+                (v["index"].as_u64(), v["replicas"].as_u64()),
+                (Some(0), Some(1))
+            );
+            break;
+        }
+        assert_eq!(v["state"], "prepare", "{v}");
+    }
+    signal(&watch, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(exit_code(&mut watch).await, Some(0));
+
+    run_ok(&nodes, &["units", "add", "parsers", "site-b", "site-a"]).await;
+    let mut dist = spawn_piped(
+        &nodes,
+        &[
+            "--output",
+            "json",
+            "dist",
+            "watch",
+            "parsers",
+            "--interval",
+            "300ms",
+            "--id",
+            "m",
+        ],
+    );
+    let mut lines = lines_of(&mut dist);
+    loop {
+        let v = json(&next_line(&mut lines).await);
+        assert_fields(&v, &["pool", "version", "state", "units"]);
+        assert!(v["version"].is_u64() && v["pool"] == "parsers", "{v}");
+        if v["state"] == "active" && v["units"].as_array().is_some_and(|u| !u.is_empty()) {
+            assert_eq!(v["units"], serde_json::json!(["site-a", "site-b"]));
+            break;
+        }
+    }
+    signal(&dist, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(exit_code(&mut dist).await, Some(0));
+
+    let mut campaign = spawn_piped(
+        &nodes,
+        &[
+            "--output",
+            "json",
+            "election",
+            "campaign",
+            "boss",
+            "--candidate",
+            "c1",
+        ],
+    );
+    let v = json(&next_line(&mut lines_of(&mut campaign)).await);
+    assert_fields(&v, &["election", "leader", "term"]);
+    assert_eq!(
+        (v["election"].as_str(), v["leader"].as_str()),
+        (Some("boss"), Some("c1"))
+    );
+    assert!(v["term"].is_u64(), "{v}");
+    signal(&campaign, nix::sys::signal::Signal::SIGINT);
+    assert_eq!(exit_code(&mut campaign).await, Some(0));
+
+    let out = redquorum(&["--nodes", &nodes, "--output", "json", "ping"]).await;
+    assert_eq!(out.status.code(), Some(2), "no JSON form: refused");
+    assert!(
+        text(&out).1.contains("--output json is not supported"),
+        "{}",
+        text(&out).1
+    );
+}
+
+/// Completion scripts for every shell, and the exit codes in `--help` and `-h`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_the_exit_codes_in_help() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = redquorum(&["completions", shell]).await;
+        assert!(out.status.success(), "{shell}: {}", text(&out).1);
+        let script = text(&out).0;
+        assert!(
+            script.len() > 1000 && script.contains("redquorum") && script.contains("election"),
+            "{shell}: {script}"
+        );
+    }
+    let out = redquorum(&["completions", "tcsh"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+    for flag in ["--help", "-h"] {
+        let out = redquorum(&[flag]).await;
+        assert!(out.status.success());
+        let help = text(&out).0;
+        let codes = help
+            .split("Exit codes:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{flag} lists the exit codes: {help}"));
+        for code in ["0", "1", "2", "3", "4", "130/143", "other"] {
+            assert!(
+                codes
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                "{flag}: exit code {code} documented: {codes}"
+            );
+        }
+    }
+    let help = text(&redquorum(&["--help"]).await).0;
+    for shape in [
+        "{\"sequence\",\"ids\"",
+        "{\"election\",\"leader\",\"term\"}",
+        "\"ttl_ms\"",
+    ] {
+        assert!(
+            help.contains(shape),
+            "--help documents the JSON fields: {shape}"
+        );
+    }
+}
+
+/// `--metrics-addr`: Prometheus text over HTTP while a long-running command runs; a bad or
+/// busy address is a clear error naming the option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_addr_serves_prometheus_text_and_bad_addresses_are_named() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut observe = spawn_piped(
+        &nodes,
+        &["election", "observe", "boss", "--metrics-addr", &addr],
+    );
+    let mut lines = lines_of(&mut observe);
+    assert_eq!(next_line(&mut lines).await, "no leader");
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("listening");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+        .await
+        .expect("a response in time")
+        .unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    assert!(
+        head.to_lowercase().contains("content-type: text/plain"),
+        "{head}"
+    );
+    assert!(body.contains("# TYPE redquorum_cli_info gauge"), "{body}");
+    // The library's own metrics, through the facade: the observer's reads are quorum
+    // operations, each node answered them.
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("redquorum_quorum_operations_total{")
+                && l.contains("kind=\"lock.holder\"")),
+        "the library's quorum operations are exported: {body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("redquorum_node_requests_total{") && l.contains("node=\"2\"")),
+        "per-node outcomes are exported: {body}"
+    );
+    let info = body
+        .lines()
+        .find(|l| l.starts_with("redquorum_cli_info{"))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        info.contains("command=\"election observe\"")
+            && info.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            && info.ends_with("} 1"),
+        "{info}"
+    );
+    // Prometheus text: every line a comment or `name{labels} value`.
+    for l in body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let value = l.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "not a sample line: {l:?}");
+    }
+
+    // The same address again, while the first process listens: busy.
+    let out = redquorum(&[
+        "--nodes",
+        &nodes,
+        "lock",
+        "run",
+        "x",
+        "--metrics-addr",
+        &addr,
+        "--",
+        "true",
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--metrics-addr") && stderr.contains(&addr),
+        "{stderr}"
+    );
+    signal(&observe, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(exit_code(&mut observe).await, Some(0));
+    for bad in ["nonsense", "127.0.0.1", "127.0.0.1:99999"] {
+        let out = redquorum(&[
+            "--nodes",
+            &nodes,
+            "index",
+            "watch",
+            "g",
+            "--metrics-addr",
+            bad,
+        ])
+        .await;
+        let stderr = text(&out).1;
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("--metrics-addr"), "{bad}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+/// `election run` shares `lock run`'s child handling: when leadership is lost (a majority cut
+/// off) the command is stopped and the exit code is 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_run_stops_the_command_when_leadership_is_lost() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("touch {}; exec sleep 60", ready.display());
+    let mut run = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "election", "run", "cut", "--ttl", "1s", "--", "sh", "-c", &script,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cut = Instant::now();
+    cluster.node(0).cut_off();
+    cluster.node(1).cut_off();
+    let code = exit_code(&mut run).await;
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(code, Some(4), "leadership lost: exit 4 ({stderr})");
+    assert!(stderr.contains("lost"), "{stderr}");
+    assert!(
+        cut.elapsed() < Duration::from_secs(5),
+        "stopped within the lease: {:?}",
+        cut.elapsed()
+    );
+}

@@ -1,0 +1,131 @@
+//! Running a command only while a lease is held: `lock run` and `election run`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use redquorum::LockGuard;
+
+/// Run `command` while `guard`'s lease is held, with `env` added to its environment, in a
+/// process group of its own. Ends with the child's exit code (128+signal if a signal ended
+/// it); on loss of the lease the group gets SIGTERM, then SIGKILL once the remaining validity
+/// is used up, and the code is 4; on our own SIGTERM/SIGINT the group gets SIGTERM, 5 s (never
+/// past the lease) to end, then SIGKILL, and the code is 143/130. The caller releases the
+/// lease afterwards.
+pub(crate) async fn run_while_held(
+    guard: &LockGuard,
+    name: &str,
+    command: &[String],
+    env: &[(&str, String)],
+) -> Result<ExitCode, redquorum::Error> {
+    use std::os::unix::process::ExitStatusExt;
+
+    let (program, args) = match command.split_first() {
+        Some(split) => split,
+        None => {
+            return Err(redquorum::Error::InvalidArgument(
+                "no command given after --".into(),
+            ))
+        }
+    };
+    let mut child = match tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(redquorum::Error::InvalidArgument(format!(
+                "cannot run {program:?}: {e}"
+            )));
+        }
+    };
+    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let kill_group = |sig: Signal| {
+        if let Some(pgid) = pgid {
+            let _ = killpg(pgid, sig);
+        }
+    };
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminated = async {
+        match sigterm.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        status = child.wait() => {
+            let code = match status {
+                Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
+                Err(_) => 1,
+            };
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        reason = guard.lost() => {
+            // Stop the child before anyone else can hold the lock: SIGTERM now, SIGKILL once
+            // the remaining validity is used up.
+            eprintln!("redquorum: lease on {name:?} lost ({reason}); stopping the command");
+            kill_group(Signal::SIGTERM);
+            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                kill_group(Signal::SIGKILL);
+                let _ = child.wait().await;
+            }
+            kill_group(Signal::SIGKILL); // grandchildren that outlived the child
+            Ok(ExitCode::from(4))
+        }
+        _ = terminated => {
+            kill_group(Signal::SIGTERM);
+            stop_within_lease(&mut child, guard, kill_group).await;
+            Ok(ExitCode::from(143))
+        }
+        _ = tokio::signal::ctrl_c() => {
+            kill_group(Signal::SIGTERM);
+            stop_within_lease(&mut child, guard, kill_group).await;
+            Ok(ExitCode::from(130))
+        }
+    }
+}
+
+/// After SIGTERM was sent to the child's group on our own shutdown: give it up to 5 s to end,
+/// but never past the lease (the guard keeps extending meanwhile; if the lease is lost, SIGKILL
+/// goes out by its deadline), then SIGKILL what is left of the group.
+async fn stop_within_lease(
+    child: &mut tokio::process::Child,
+    guard: &LockGuard,
+    kill_group: impl Fn(Signal),
+) {
+    tokio::select! {
+        _ = tokio::time::timeout(Duration::from_secs(5), child.wait()) => {}
+        _ = guard.lost() => {
+            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
+            let _ = tokio::time::timeout(grace, child.wait()).await;
+        }
+    }
+    kill_group(Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// Until SIGINT or SIGTERM; the exit code that reports it (130 or 143).
+pub(crate) async fn stop_signal() -> u8 {
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match sigterm.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => 130,
+        _ = term => 143,
+    }
+}
