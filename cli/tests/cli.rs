@@ -1160,7 +1160,17 @@ async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields(
         "one document on one line: {stdout}"
     );
     let v = json(stdout.trim_end());
-    assert_fields(&v, &["nodes", "voting", "total", "needed", "all_safe"]);
+    assert_fields(
+        &v,
+        &[
+            "nodes",
+            "voting",
+            "total",
+            "needed",
+            "all_safe",
+            "all_permitted",
+        ],
+    );
     assert_eq!(
         (v["total"].as_u64(), v["needed"].as_u64()),
         (Some(3), Some(2))
@@ -1176,10 +1186,13 @@ async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields(
         "run_id",
         "clock_skew_ms",
         "findings",
+        "missing_permissions",
     ];
+    assert_eq!(v["all_permitted"], true);
     for n in v["nodes"].as_array().unwrap() {
         assert_fields(n, &node_fields);
         assert_eq!(n["status"], "ok");
+        assert_eq!(n["missing_permissions"], serde_json::json!([]), "{n}");
         assert!(n["latency_ms"].is_f64() && n["findings"].is_array(), "{n}");
     }
     // A down node (beside two fresh ones): status "down", a finding with its severity, exit 1.
