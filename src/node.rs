@@ -237,7 +237,7 @@ impl Node {
         {
             Ok(c) => c,
             Err(e) => {
-                let mut msg = self.url.scrub(&e.to_string());
+                let mut msg = not_redis_hint(self.url.scrub(&e.to_string()));
                 if self.tls {
                     if let Some(hint) = crate::config::tls_hint(&msg) {
                         msg = format!("TLS handshake failed: {msg}: {hint}");
@@ -250,7 +250,15 @@ impl Node {
         let probe = match probe(&mut conn).await {
             Ok(p) => p,
             Err(e) => {
-                let msg = self.url.scrub(&e.to_string());
+                let mut msg = not_redis_hint(self.url.scrub(&e.to_string()));
+                if msg.to_ascii_lowercase().contains("noperm") {
+                    // The node answered: say it is the user's permissions, not the network.
+                    msg = format!(
+                        "{msg}: permission denied: the node answered, but its Redis user lacks \
+                         a permission every client needs (`redquorum acl --user NAME` prints \
+                         them)"
+                    );
+                }
                 self.state().last_error = Some(msg.clone());
                 return Err(UnknownCause::Unreachable(format!(
                     "safety probe failed: {msg}"
@@ -441,4 +449,22 @@ async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
     probe.marker = redis::from_redis_value(marker?)?;
     probe.cluster = redis::from_redis_value(cluster?)?;
     Ok(probe)
+}
+
+/// A driver error that shows the peer does not speak Redis (a reply that does not parse as
+/// RESP: an HTTP server, another protocol) said so, on one line (the driver's message spans
+/// several).
+fn not_redis_hint(msg: String) -> String {
+    if !msg.to_ascii_lowercase().contains("parse error") {
+        return msg;
+    }
+    let one_line: Vec<&str> = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!(
+        "not a Redis reply (is a Redis server listening on this port?): {}",
+        one_line.join("; ")
+    )
 }

@@ -88,6 +88,39 @@ impl ElectionCommand {
     }
 }
 
+/// The command's names and durations, checked before any node is contacted (the library
+/// checks them again; these messages name the options). Returns the program of
+/// `election run`, for the caller to look up.
+pub(crate) fn precheck(command: &ElectionCommand) -> Result<Option<&str>, redquorum::Error> {
+    let (name, candidacy, program) = match command {
+        ElectionCommand::Observe { name, .. } => (name, None, None),
+        ElectionCommand::Campaign {
+            name, candidacy, ..
+        } => (name, Some(candidacy), None),
+        ElectionCommand::Run {
+            name,
+            candidacy,
+            command,
+            ..
+        } => (name, Some(candidacy), command.first().map(String::as_str)),
+    };
+    redquorum::Name::new("election", name)?;
+    if let Some(c) = candidacy {
+        if let Some(id) = &c.candidate {
+            redquorum::Name::new("candidate", id)?;
+        }
+        if !(redquorum::MIN_TTL..=redquorum::MAX_TTL).contains(&c.ttl) {
+            return Err(redquorum::Error::InvalidArgument(format!(
+                "--ttl {:?} is outside {:?}..={:?}",
+                c.ttl,
+                redquorum::MIN_TTL,
+                redquorum::MAX_TTL
+            )));
+        }
+    }
+    Ok(program)
+}
+
 pub(crate) async fn run(
     client: &Client,
     command: ElectionCommand,

@@ -8,8 +8,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser, Subcommand};
-use redquorum::{Client, Config, SafetyMode};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use redquorum::{Client, Config, ConfigError, SafetyMode};
 
 #[macro_use]
 mod output;
@@ -169,7 +170,7 @@ enum DistCommand {
         #[arg(long)]
         id: Option<String>,
         /// This member's weight: its share of the units is proportional to it (0: drained).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
         weight: u32,
         /// Heartbeat interval.
         #[arg(long, default_value = "2s", value_parser = parse_duration)]
@@ -357,7 +358,7 @@ enum IdCommand {
         /// The sequence name.
         sequence: String,
         /// How many IDs (consecutive).
-        #[arg(long, short = 'n', default_value_t = 1)]
+        #[arg(long, short = 'n', default_value_t = 1, allow_negative_numbers = true)]
         count: u64,
     },
 }
@@ -375,7 +376,9 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let nodes_from_env = matches.value_source("nodes") == Some(ValueSource::EnvVariable);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::Completions { shell } = cli.command {
         // Into a buffer: the generator panics on a write error (a closed pipe).
         let mut script = Vec::new();
@@ -392,7 +395,7 @@ async fn main() -> ExitCode {
             }
         };
     }
-    match run(cli).await {
+    match run(cli, nodes_from_env).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("redquorum: {e}");
@@ -472,31 +475,244 @@ fn metrics_of(command: &Command) -> Option<(&MetricsArgs, &'static str)> {
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
+/// A failure of the command, as printed (`redquorum: ...`, exit 2).
+#[derive(Debug)]
+struct Failure(String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<redquorum::Error> for Failure {
+    fn from(e: redquorum::Error) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Self {
+        redquorum::Error::from(e).into()
+    }
+}
+
+/// A configuration error of the option (and variable) `setting`, named first.
+fn setting_error(setting: &str, e: impl std::fmt::Display) -> Failure {
+    Failure(format!("invalid configuration: {setting}: {e}"))
+}
+
+/// Check the command's own arguments (names, counts, durations, the program to run) before
+/// any node is contacted: bad input fails with nothing sent, not even the set-up of a
+/// cluster on blank nodes. The library checks them again; the messages here name the
+/// options.
+fn precheck(command: &Command) -> Result<(), Failure> {
+    use redquorum::Name;
+    fn name(what: &'static str, value: &str) -> Result<(), Failure> {
+        Name::new(what, value).map_err(redquorum::Error::from)?;
+        Ok(())
+    }
+    fn invalid(message: String) -> Failure {
+        redquorum::Error::InvalidArgument(message).into()
+    }
+    // The membership interval and restart grace limits of the library
+    // (`GroupOptions::with_interval`, `PoolOptions::with_restart_grace`).
+    let interval_range = Duration::from_millis(100)..=Duration::from_secs(3600);
+    let max_grace = Duration::from_secs(3600);
+    let interval = |d: &Duration| {
+        if interval_range.contains(d) {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "--interval {} is outside 100ms..=1h",
+                humantime::format_duration(*d)
+            )))
+        }
+    };
+    match command {
+        Command::Check { feature } | Command::Acl { feature, .. } => {
+            features(feature)?;
+        }
+        Command::Id(IdCommand::Next { sequence, count }) => {
+            name("sequence", sequence)?;
+            if *count == 0 || *count > redquorum::MAX_IDS_PER_CALL {
+                return Err(invalid(format!(
+                    "--count (-n) must be between 1 and {}, got {count}",
+                    redquorum::MAX_IDS_PER_CALL
+                )));
+            }
+        }
+        Command::Lock(LockCommand::Run {
+            name: lock,
+            ttl,
+            command,
+            ..
+        }) => {
+            name("lock", lock)?;
+            if !(redquorum::MIN_TTL..=redquorum::MAX_TTL).contains(ttl) {
+                return Err(invalid(format!(
+                    "--ttl {ttl:?} is outside {:?}..={:?}",
+                    redquorum::MIN_TTL,
+                    redquorum::MAX_TTL
+                )));
+            }
+            if let Some(program) = command.first() {
+                find_program(program)?;
+            }
+        }
+        Command::Index(IndexCommand::Watch {
+            group,
+            interval: every,
+            id,
+            ..
+        }) => {
+            name("group", group)?;
+            if let Some(id) = id {
+                name("member", id)?;
+            }
+            interval(every)?;
+        }
+        Command::Dist(DistCommand::Watch {
+            pool,
+            id,
+            weight,
+            interval: every,
+            grace,
+            ..
+        }) => {
+            name("pool", pool)?;
+            if let Some(id) = id {
+                name("member", id)?;
+            }
+            if *weight > redquorum::MAX_WEIGHT {
+                return Err(invalid(format!(
+                    "--weight {weight} is above {}",
+                    redquorum::MAX_WEIGHT
+                )));
+            }
+            interval(every)?;
+            if *grace > max_grace {
+                return Err(invalid(format!(
+                    "--grace {} is above 1h",
+                    humantime::format_duration(*grace)
+                )));
+            }
+        }
+        Command::Dist(DistCommand::Table { pool }) => name("pool", pool)?,
+        Command::Dist(DistCommand::Drain { pool, id, .. }) => {
+            name("pool", pool)?;
+            name("member", id)?;
+        }
+        Command::Units(units) => {
+            let (pool, names): (&str, &[String]) = match units {
+                UnitsCommand::Add { pool, units, .. }
+                | UnitsCommand::Replace { pool, units, .. }
+                | UnitsCommand::Remove { pool, units }
+                | UnitsCommand::Unpin { pool, units } => (pool, units),
+                UnitsCommand::Pin { pool, unit, id } => {
+                    name("unit", unit)?;
+                    name("member", id)?;
+                    (pool, &[])
+                }
+                UnitsCommand::List { pool }
+                | UnitsCommand::Gc { pool }
+                | UnitsCommand::Settings { pool } => (pool, &[]),
+            };
+            name("pool", pool)?;
+            for unit in names {
+                name("unit", unit)?;
+            }
+        }
+        Command::Lock(LockCommand::Holder { name: lock }) => name("lock", lock)?,
+        Command::Election(e) => {
+            if let Some(program) = election::precheck(e)? {
+                find_program(program)?;
+            }
+        }
+        Command::Ping | Command::Cluster(_) | Command::Completions { .. } => {}
+    }
+    Ok(())
+}
+
+/// Whether `program` can be run: a path to an executable file, or one found on `PATH`.
+fn find_program(program: &str) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    let found = if program.contains('/') {
+        executable(std::path::Path::new(program))
+    } else {
+        !program.is_empty()
+            && std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
+            })
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(redquorum::Error::InvalidArgument(format!(
+            "cannot run {program:?}: {}",
+            if program.contains('/') {
+                "no such executable file"
+            } else {
+                "no such executable on PATH"
+            }
+        ))
+        .into())
+    }
+}
+
+async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
+    // Units from a file are read (and checked) before any node is contacted.
+    if let Command::Units(
+        UnitsCommand::Add {
+            units, from_file, ..
+        }
+        | UnitsCommand::Replace {
+            units, from_file, ..
+        },
+    ) = &mut cli.command
+    {
+        if let Some(path) = from_file.take() {
+            units.extend(read_lines(&path)?);
+        }
+    }
+    precheck(&cli.command)?;
     if let Command::Acl { user, feature } = &cli.command {
         for line in redquorum::acl::setuser_lines(user, &features(feature)?)? {
             println!("{line}");
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let source = if nodes_from_env {
+        redquorum::NODES_ENV
+    } else {
+        "--nodes"
+    };
     if cli.output == Format::Json && !json_supported(&cli.command) {
         return Err(redquorum::Error::InvalidArgument(
             "--output json is not supported by this command (supported: check, id next, lock \
              holder, index watch, dist watch, election observe, election campaign)"
                 .into(),
-        ));
+        )
+        .into());
     }
     if let Some((args, name)) = metrics_of(&cli.command) {
         metrics::install(args, name)?;
     }
     let format = cli.output;
     let mut config = match &cli.nodes {
-        Some(list) => Config::from_list(list)?,
+        Some(list) => Config::from_list(list).map_err(|e| setting_error(source, e))?,
         // Not Config::from_env: the TLS variables are the options' (clap reads them).
         None => match std::env::var(redquorum::NODES_ENV) {
-            Ok(list) => Config::from_list(&list)?,
-            Err(std::env::VarError::NotPresent) => Err(redquorum::ConfigError::EnvMissing)?,
-            Err(std::env::VarError::NotUnicode(_)) => Err(redquorum::ConfigError::EnvNotUnicode)?,
+            Ok(list) => {
+                Config::from_list(&list).map_err(|e| setting_error(redquorum::NODES_ENV, e))?
+            }
+            Err(std::env::VarError::NotPresent) => Err(ConfigError::EnvMissing)?,
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode)?,
         },
     };
     let tls = TlsFiles {
@@ -508,14 +724,41 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
     config = with_tls(&tls, config)?;
     if let Some(t) = cli.node_timeout {
         config = config.with_node_timeout(t).with_connect_timeout(t);
+        // The operation deadline has no option: it must not be shorter than one request.
+        let operation = config.operation_timeout().max(t);
+        config = config.with_operation_timeout(operation);
     }
     if cli.permissive {
         config = config.with_safety(SafetyMode::Permissive);
     }
     config = config.with_fsync_always_attested(cli.attest_fsync_always);
     if let Some(id) = &cli.cluster {
-        config = config.with_cluster_id(id)?;
+        config = config.with_cluster_id(id).map_err(|e| match e {
+            ConfigError::ClusterMismatch(why) => {
+                setting_error("--cluster (REDQUORUM_CLUSTER)", why)
+            }
+            other => other.into(),
+        })?;
     }
+    // The settings are checked before any node is contacted; --node-timeout sets both the
+    // per-node and the connect deadline, so a range error names the option.
+    config.validate().map_err(|e| match e {
+        ConfigError::DurationOutOfRange {
+            name: "node_timeout" | "connect_timeout",
+            value,
+            min,
+            max,
+        } => setting_error(
+            "--node-timeout",
+            format!(
+                "{} is outside the allowed range {}..={} (node_timeout)",
+                humantime::format_duration(value),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+        ),
+        other => other.into(),
+    })?;
     let client = Client::connect(config.clone()).await?;
     match cli.command {
         Command::Cluster(ClusterCommand::Show) => match client.cluster() {
@@ -559,7 +802,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             })
         }
         Command::Acl { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
-        Command::Election(command) => election::run(&client, command, format).await,
+        Command::Election(command) => Ok(election::run(&client, command, format).await?),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
         Command::Lock(LockCommand::Holder { name }) => {
             let holder = redquorum::Lock::new(&client, &name, Duration::from_secs(10))?
@@ -601,7 +844,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 Ok(None) => None,
                 Err(code) => return Ok(code),
             };
-            index_watch(&client, &group, id, opts, recorder, format).await
+            Ok(index_watch(&client, &group, id, opts, recorder, format).await?)
         }
         Command::Lock(LockCommand::Run {
             name,
@@ -609,8 +852,8 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
             wait,
             command,
             ..
-        }) => lock_run(&client, &name, ttl, wait, &command).await,
-        Command::Units(command) => units(&client, command).await,
+        }) => Ok(lock_run(&client, &name, ttl, wait, &command).await?),
+        Command::Units(command) => Ok(units(&client, command).await?),
         Command::Dist(DistCommand::Table { pool }) => {
             let table = redquorum::pool_table(&client, &pool).await?;
             let mut out = String::new();
@@ -656,7 +899,7 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
                 Ok(None) => None,
                 Err(code) => return Ok(code),
             };
-            dist_watch(&client, &pool, id, opts, recorder, format).await
+            Ok(dist_watch(&client, &pool, id, opts, recorder, format).await?)
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
             // One call per process: spare IDs would only become a gap.
@@ -681,24 +924,11 @@ async fn run(cli: Cli) -> Result<ExitCode, redquorum::Error> {
 
 async fn units(client: &Client, command: UnitsCommand) -> Result<ExitCode, redquorum::Error> {
     match command {
-        UnitsCommand::Add {
-            pool,
-            mut units,
-            from_file,
-        } => {
-            if let Some(path) = from_file {
-                units.extend(read_lines(&path)?);
-            }
+        // `run` has read --from-file into `units` already.
+        UnitsCommand::Add { pool, units, .. } => {
             redquorum::Units::new(client, &pool)?.add(&units).await?;
         }
-        UnitsCommand::Replace {
-            pool,
-            mut units,
-            from_file,
-        } => {
-            if let Some(path) = from_file {
-                units.extend(read_lines(&path)?);
-            }
+        UnitsCommand::Replace { pool, units, .. } => {
             redquorum::Units::new(client, &pool)?
                 .replace_all(&units)
                 .await?;
@@ -752,7 +982,9 @@ fn read_lines(path: &str) -> Result<Vec<String>, redquorum::Error> {
     } else {
         std::fs::File::open(path).and_then(|mut f| f.read_to_string(&mut text))
     };
-    read.map_err(|e| redquorum::Error::InvalidArgument(format!("cannot read {path:?}: {e}")))?;
+    read.map_err(|e| {
+        redquorum::Error::InvalidArgument(format!("--from-file {path:?}: cannot read: {e}"))
+    })?;
     Ok(text
         .lines()
         .map(|l| l.trim_end_matches('\r'))
@@ -821,6 +1053,15 @@ async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCod
                 for m in missing {
                     println!("{} {}: the Redis user lacks {m}", p.node, p.url);
                 }
+            }
+            // A node whose user may not even run the safety probe: its permissions cannot be
+            // checked one by one, but they are what is wrong.
+            Err(why) if why.to_ascii_lowercase().contains("noperm") => {
+                permitted = false;
+                println!(
+                    "{} {}: cannot check the permissions one by one: {why}",
+                    p.node, p.url
+                );
             }
             // An unreachable node is already reported above.
             Err(_) => {}
