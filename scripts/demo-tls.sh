@@ -45,16 +45,19 @@ chmod 644 "$dir"/*
 # joined: an ACL file names each user once) and a password.
 password=demo-password
 {
-    echo "user default on nopass ~* &* +@all"
+    # The admin user gets a password too: a client certificate alone must not make anyone admin.
+    echo "user default on >demo-admin-password ~* &* +@all"
     echo "user rq $($bin acl --user rq | sed 's/^ACL SETUSER rq //' | tr '\n' ' ')>$password"
 } > "$dir/users.acl"
-echo "demo-tls: the ACL user rq, from 'redquorum acl --user rq':"
+echo "demo-tls: the ACL user rq, from 'redquorum acl --user rq' (no CONFIG GET: clients attest fsync):"
 $bin acl --user rq | sed 's/^/  /'
 
 echo "demo-tls: starting five TLS-only nodes on 127.0.0.1:7001-7005"
 compose up -d >/dev/null 2>&1 || compose up -d
 export REDQUORUM_NODES="rediss://rq:$password@localhost:7001,rediss://rq:$password@localhost:7002,rediss://rq:$password@localhost:7003,rediss://rq:$password@localhost:7004,rediss://rq:$password@localhost:7005"
 export REDQUORUM_CACERT="$dir/ca.crt" REDQUORUM_CERT="$dir/client.crt" REDQUORUM_KEY="$dir/client.key"
+# The user has no CONFIG GET (it would read the admin password): the operator attests fsync.
+export REDQUORUM_ATTEST_FSYNC_ALWAYS=true
 for _ in $(seq 1 100); do
     if $bin ping >/dev/null 2>&1; then break; fi
     sleep 0.2

@@ -17,7 +17,8 @@ trap 'rm -rf "$acl_dir"' EXIT
 teeth_needing_pexpire='test(=without_the_protection_a_wiped_node_after_a_missed_grant_admits_two_holders)
  | test(=without_the_protection_a_nodes_clock_step_admits_two_holders)
  | test(=restoring_the_newest_of_two_holders_copies_admits_two_holders)
- | test(=without_the_protection_a_lost_beat_copy_gives_a_task_two_owners)'
+ | test(=without_the_protection_a_lost_beat_copy_gives_a_task_two_owners)
+ | test(=without_per_process_keys_two_processes_with_one_id_own_the_same_tasks)'
 
 # run FEATURES TEST... [-- nextest arguments]
 run() {
@@ -29,11 +30,19 @@ run() {
     target/debug/redquorum acl --user rq --feature "$features" > "$file"
     echo "secure-tests: feature $features over TLS as user rq:"
     sed 's/^/    /' "$file"
-    REDQUORUM_TEST_ACL_FILE="$file" cargo nextest run -p redquorum "${args[@]}" \
-        -E "not ($teeth_needing_pexpire)" "$@"
+    if ! REDQUORUM_TEST_ACL_FILE="$file" cargo nextest run -p redquorum "${args[@]}" \
+        -E "not ($teeth_needing_pexpire)" "$@"; then
+        failed+=("$features")
+    fi
 }
 
+failed=()
 run ids ids repair -- "$@"
 run locks,ids locks lease_safety floor_repair -- "$@"
 run election election -- "$@"
 run indexing membership views -- "$@"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "secure-tests: FAILED for: ${failed[*]}" >&2
+    exit 1
+fi
+echo "secure-tests: every feature's tests passed over TLS under its least-privilege user"

@@ -24,3 +24,8 @@ fi
 # show that their checkers catch what a protection prevents.
 cargo nextest run --workspace --features redquorum-cli/test-util --profile ci "$@"
 cargo test --workspace --doc
+
+# Each feature's tests again over mutual TLS, as the least-privilege user `redquorum acl`
+# prints (one test at a time: a TLS reconnect costs more CPU than a plain one, and the fault
+# tests' deadlines are tuned on 2 cores).
+scripts/secure-tests.sh --profile ci --test-threads 1

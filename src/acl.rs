@@ -137,7 +137,6 @@ const LOCKS: &[&str] = &["hmget", "hget", "hset", "del", "publish", "subscribe"]
 const BASE: &[&str] = &[
     "ping",
     "info",
-    "config|get",
     "get",
     "set",
     "del",
@@ -175,10 +174,20 @@ fn valid_user(user: &str) -> Result<(), Error> {
 /// No line holds a password: the user stays unable to log in until the operator adds one
 /// (`ACL SETUSER NAME >PASSWORD`). `features` empty means every feature.
 ///
+/// `CONFIG GET` is not granted unless `config_get`: it cannot be limited to one parameter,
+/// and it reads `requirepass` and `masterauth`, so a user with it can read the admin
+/// password. Without it the clients must attest the fsync policy
+/// ([`Config::with_fsync_always_attested`](crate::Config::with_fsync_always_attested),
+/// `--attest-fsync-always`), and `redquorum check` run as an admin verifies it.
+///
 /// # Errors
 /// [`Error::InvalidArgument`] when `user` is empty, longer than 128 bytes or holds
 /// anything but letters, digits, `_`, `-`, `.` and `@`.
-pub fn setuser_lines(user: &str, features: &[Feature]) -> Result<Vec<String>, Error> {
+pub fn setuser_lines(
+    user: &str,
+    features: &[Feature],
+    config_get: bool,
+) -> Result<Vec<String>, Error> {
     valid_user(user)?;
     let mut features: Vec<Feature> = if features.is_empty() {
         Feature::ALL.to_vec()
@@ -193,9 +202,14 @@ pub fn setuser_lines(user: &str, features: &[Feature]) -> Result<Vec<String>, Er
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let mut base = plus(BASE);
+    if config_get {
+        base.push_str(" +config|get");
+    }
+    // `resetchannels` again after `reset`: on a server with `acl-pubsub-default allchannels`
+    // a reset user has every channel, and a channel pattern after that is refused.
     let mut lines = vec![format!(
-        "ACL SETUSER {user} reset on ~{KEY_PREFIX}* &{KEY_PREFIX}* {}",
-        plus(BASE)
+        "ACL SETUSER {user} reset resetchannels on ~{KEY_PREFIX}* &{KEY_PREFIX}* {base}"
     )];
     for f in features {
         lines.push(format!("ACL SETUSER {user} {}", plus(f.commands())));
@@ -239,7 +253,8 @@ fn probe_args(permission: &str) -> Vec<&'static str> {
 
 /// Asks the node, for each group of arguments, whether its user may run that command on
 /// those keys and channels (`redis.acl_check_cmd`, Redis 7): nothing is run.
-const PROBE_LUA: &str = r"
+const PROBE_LUA: &str = r"#!lua flags=no-writes
+if not redis.acl_check_cmd then return {'needs Redis 7 (redis.acl_check_cmd)'} end
 local out = {}
 local i = 1
 while i <= #ARGV do
@@ -269,7 +284,11 @@ pub struct Missing {
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "+{} (needed by ", self.permission)?;
-        if self.features.is_empty() {
+        if self.permission == "config|get" {
+            f.write_str(
+                "every client, unless the fsync policy is attested: --attest-fsync-always",
+            )?;
+        } else if self.features.is_empty() {
             f.write_str("every client")?;
         } else {
             let names: Vec<&str> = self.features.iter().map(|f| f.name()).collect();
@@ -329,11 +348,10 @@ impl Client {
     /// # Cancel safety
     /// Cancel-safe (read-only).
     pub async fn check_permissions(&self, features: &[Feature]) -> Vec<PermissionReport> {
-        let attested = self.config().attest_fsync_always;
-        let needed: Vec<(&'static str, Vec<Feature>)> = needed(features)
-            .into_iter()
-            .filter(|(p, _)| !(attested && *p == "config|get"))
-            .collect();
+        let mut needed: Vec<(&'static str, Vec<Feature>)> = needed(features);
+        if !self.config().attest_fsync_always {
+            needed.insert(2, ("config|get", vec![]));
+        }
         let mut argv: Vec<String> = Vec::new();
         for (permission, _) in &needed {
             let args = probe_args(permission);
@@ -348,8 +366,12 @@ impl Client {
                 let mut invocation = PROBE.prepare_invoke();
                 invocation.arg(argv);
                 let missing = async {
-                    let lease = node.connection().await.map_err(|e| e.to_string())?;
-                    let mut conn = lease.conn;
+                    // A connection of its own, not probed: a user that cannot even run the
+                    // safety probe still learns every permission it lacks.
+                    let mut conn = tokio::time::timeout(deadline, node.connect())
+                        .await
+                        .map_err(|_| format!("no connection within {deadline:?}"))?
+                        .map_err(|e| e.to_string())?;
                     let run = tokio::time::timeout(
                         deadline,
                         invocation.invoke_async::<Vec<String>>(&mut conn),
@@ -375,6 +397,9 @@ impl Client {
                             }
                         }
                     };
+                    if let Some(old) = denied.iter().find(|d| d.starts_with("needs Redis 7")) {
+                        return Err(format!("cannot check permissions: the node {old}"));
+                    }
                     Ok(denied
                         .into_iter()
                         .map(|p| Missing {
@@ -458,8 +483,17 @@ mod tests {
                 include_str!("scripts/lock_release.lua"),
                 &[Locks, Election, Indexing, Distribution],
             ),
-            ("record", include_str!("scripts/record.lua"), &[Election]),
-            ("prune", include_str!("scripts/prune.lua"), &[Election]),
+            // Periodic jobs, and a group's or pool's leader (its completion records).
+            (
+                "record",
+                include_str!("scripts/record.lua"),
+                &[Election, Indexing, Distribution],
+            ),
+            (
+                "prune",
+                include_str!("scripts/prune.lua"),
+                &[Election, Indexing, Distribution],
+            ),
             (
                 "member_beat",
                 include_str!("scripts/member_beat.lua"),
@@ -521,20 +555,28 @@ mod tests {
 
     #[test]
     fn the_lines_reset_then_grant_and_hold_no_password() {
-        let lines = setuser_lines("svc", &[Feature::Ids]).expect("valid");
+        let lines = setuser_lines("svc", &[Feature::Ids], false).expect("valid");
         assert_eq!(lines.len(), 2);
         assert!(
-            lines[0].starts_with("ACL SETUSER svc reset on ~rq:* &rq:* +ping +info +config|get"),
+            lines[0]
+                .starts_with("ACL SETUSER svc reset resetchannels on ~rq:* &rq:* +ping +info +get"),
             "{}",
             lines[0]
         );
+        assert!(
+            !lines[0].contains("config"),
+            "no CONFIG GET by default: {}",
+            lines[0]
+        );
+        let with = setuser_lines("svc", &[Feature::Ids], true).expect("valid");
+        assert!(with[0].ends_with(" +config|get"), "{}", with[0]);
         assert_eq!(lines[1], "ACL SETUSER svc +get +set");
         assert!(lines
             .iter()
             .all(|l| !l.contains('>') && !l.contains("nopass")));
-        assert_eq!(setuser_lines("svc", &[]).expect("valid").len(), 6);
+        assert_eq!(setuser_lines("svc", &[], false).expect("valid").len(), 6);
         for bad in ["", "a b", "x;FLUSHALL", "ü", &"u".repeat(129)] {
-            assert!(setuser_lines(bad, &[]).is_err(), "{bad:?} accepted");
+            assert!(setuser_lines(bad, &[], false).is_err(), "{bad:?} accepted");
         }
         assert!(Feature::parse("IDS").is_ok());
         assert!(Feature::parse("locks ").is_ok());

@@ -219,8 +219,10 @@ impl Node {
         pending.await
     }
 
-    /// Open a connection, probe it, and store it as the current one.
-    async fn open(&self) -> Result<Lease, UnknownCause> {
+    /// A new connection, not probed and not stored: for [`open`](Self::open), and for
+    /// `Client::check_permissions`, which must ask a node whose user cannot even run the
+    /// probe (it decides nothing).
+    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, UnknownCause> {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Deadlines are enforced per request by the caller; the driver's own 500 ms
@@ -230,12 +232,12 @@ impl Node {
             Some(r) => config.set_dns_resolver(r.clone()),
             None => config,
         };
-        let mut conn = match self
+        match self
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
         {
-            Ok(c) => c,
+            Ok(c) => Ok(c),
             Err(e) => {
                 let mut msg = not_redis_hint(self.url.scrub(&e.to_string()));
                 if self.tls {
@@ -244,9 +246,14 @@ impl Node {
                     }
                 }
                 self.state().last_error = Some(msg.clone());
-                return Err(UnknownCause::Unreachable(msg));
+                Err(UnknownCause::Unreachable(msg))
             }
-        };
+        }
+    }
+
+    /// Open a connection, probe it, and store it as the current one.
+    async fn open(&self) -> Result<Lease, UnknownCause> {
+        let mut conn = self.connect().await?;
         let probe = match probe(&mut conn).await {
             Ok(p) => p,
             Err(e) => {

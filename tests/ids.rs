@@ -109,9 +109,17 @@ async fn ids_stay_unique_and_ordered_while_faults_hit_a_minority() {
         seen.errors,
         seen.first_error
     );
+    // Every reconnect after a kill, cut-off or lost reply is a TLS handshake in secure mode
+    // (`scripts/secure-tests.sh`): about a quarter of the plain progress there (1,072 against
+    // 4,644 IDs in one run each, alone on 2 cores), so its bar is a quarter.
+    let bar = if redquorum_testkit::secure::secure().is_some() {
+        250
+    } else {
+        1_000
+    };
     assert!(
-        seen.ids > 1_000,
-        "progress must continue while only a minority is faulty (got {} IDs)",
+        seen.ids > bar,
+        "progress must continue while only a minority is faulty (got {} IDs, need {bar})",
         seen.ids
     );
     if let Err(v) = check_ids(&seen.calls) {

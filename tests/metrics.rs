@@ -206,6 +206,14 @@ async fn the_library_emits_its_metrics_catalogue() {
         .await
         .expect("the overwritten lease signals its loss within its TTL");
     assert_eq!(reason, LossReason::Conflict);
+    // Counted just after the loss is published (the recorder never runs before the holder
+    // is told).
+    until_counted(
+        "redquorum_lease_losses_total",
+        &[("reason", "conflict")],
+        1.0,
+    )
+    .await;
     assert_eq!(
         m.value("redquorum_lease_losses_total", &[("reason", "conflict")]),
         1.0

@@ -268,7 +268,7 @@ async fn the_permission_check_names_what_the_user_lacks_and_which_feature_needs_
     make_user(
         &pki,
         &nodes,
-        &acl::setuser_lines("rq", &[Feature::Ids]).expect("lines"),
+        &acl::setuser_lines("rq", &[Feature::Ids], true).expect("lines"),
     )
     .await;
     let client = Client::connect(tls(config(urls(&nodes, "127.0.0.1", Some("rq")))))
@@ -302,7 +302,7 @@ async fn the_permission_check_names_what_the_user_lacks_and_which_feature_needs_
         &pki,
         &nodes,
         &[
-            acl::setuser_lines("rq", &[Feature::Ids]).expect("lines")[0].clone(),
+            acl::setuser_lines("rq", &[Feature::Ids], true).expect("lines")[0].clone(),
             "ACL SETUSER rq -config|get".into(),
         ],
     )

@@ -30,7 +30,7 @@ campaign. Fields are only ever added, never renamed or removed. Streaming comman
 stdout is closed.
   check:             {\"nodes\":[{\"node\",\"url\",\"status\":\"ok|unsafe|down\",\"votes\",\
 \"version\",\"latency_ms\",\"run_id\",\"clock_skew_ms\",\"findings\":[{\"severity\":\
-\"unsafe|warning|info\",\"finding\"}],\"missing_permissions\":[{\"permission\",\"features\"}]}],\
+\"unsafe|warning|info\",\"finding\"}],\"missing_permissions\":[{\"permission\",\"features\"}],\"permission_error\"}],\
 \"voting\",\"total\",\"needed\",\"all_safe\",\"all_permitted\"} \
 (null where unknown)
   id next:           {\"sequence\",\"ids\":[<u64>,...]}
@@ -136,9 +136,14 @@ pub(crate) async fn check_json(client: &Client, features: &[redquorum::acl::Feat
             .map(|f| json!({ "severity": severity(f.severity()), "finding": f.to_string() }))
             .collect();
         let probe = r.probe.as_ref();
-        let missing: Vec<Value> = permissions
-            .iter()
-            .find(|p| p.node == r.node)
+        let checked = permissions.iter().find(|p| p.node == r.node);
+        let permission_error = match checked.map(|p| &p.missing) {
+            Some(Ok(_)) => None,
+            Some(Err(why)) => Some(why.clone()),
+            None => Some("not checked".to_string()),
+        };
+        permitted &= permission_error.is_none();
+        let missing: Vec<Value> = checked
             .and_then(|p| p.missing.as_ref().ok())
             .map(|m| {
                 m.iter()
@@ -154,6 +159,7 @@ pub(crate) async fn check_json(client: &Client, features: &[redquorum::acl::Feat
         permitted &= missing.is_empty();
         nodes.push(json!({
             "missing_permissions": missing,
+            "permission_error": permission_error,
             "node": r.node.to_string(),
             "url": r.url,
             "status": status,

@@ -1026,15 +1026,14 @@ async fn bad_input_fails_closed_with_a_message_that_names_the_setting() {
     // --- Nodes that cannot serve ---
     let mut check_denied = row("nodes: ACL-denied user, check", Exit::Code(1), &[], &[]);
     check_denied.args = tls_args(&["check"]);
-    // The user may not even run the safety probe (it reads the marker with GET): every node
-    // is named with the command it may not run.
+    // The user may not even run the safety probe (it reads the marker with GET) nor the
+    // permission check's script: every node is named with what it lacks.
     check_denied.expect = vec!["missing permissions: see `redquorum acl --user NAME`".into()];
     for node in &tls {
         let url = format!("rediss://rq:***@127.0.0.1:{}", node.port());
         check_denied = check_denied.on_one_line(&url, "DOWN").on_one_line(
             &url,
-            "cannot check the permissions one by one: unreachable: safety probe failed: NoPerm: \
-             this user has no permissions to run the 'get' command: permission denied",
+            "the Redis user lacks +evalsha (needed by every client)",
         );
     }
     rows.push(check_denied.absent(acl_pw));

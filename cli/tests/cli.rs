@@ -1187,6 +1187,7 @@ async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields(
         "clock_skew_ms",
         "findings",
         "missing_permissions",
+        "permission_error",
     ];
     assert_eq!(v["all_permitted"], true);
     for n in v["nodes"].as_array().unwrap() {

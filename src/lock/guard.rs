@@ -274,15 +274,19 @@ impl LeaseShared {
             if matches!(s, LeaseStatus::Lost(_)) {
                 false
             } else {
-                // Recorded, counted and cancelled before the change is published, so whoever
-                // sees the loss also sees when, finds it counted and the token cancelled.
+                // Recorded and cancelled before the change is published, so whoever sees the
+                // loss also sees when, and finds the token cancelled.
                 *self.lost_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
-                metrics::lease_loss(&reason);
                 self.cancel.cancel();
                 *s = LeaseStatus::Lost(reason.clone());
                 true
             }
         });
+        // Counted after the loss is published: the application's recorder (which may block
+        // or panic) never runs before the holder is told.
+        if changed {
+            metrics::lease_loss(&reason);
+        }
         if changed && reason != LossReason::Released {
             tracing::warn!(lock = %self.lock.name(), token = %self.token, %reason, "lease lost");
         }

@@ -29,7 +29,9 @@ pub struct ClusterChange {
 
 impl Client {
     /// Change the cluster's node list to `to`'s (add, remove or replace nodes), from a client
-    /// of the current cluster. The procedure, safe while clients keep running:
+    /// of the current cluster. `to` is a whole configuration: give it the TLS settings the
+    /// new nodes need (this client's are not copied). The procedure, safe while clients keep
+    /// running:
     ///
     /// 1. **Seal** a majority of the old nodes: their marker gets a suffix, so no client of the
     ///    old list gets a majority any more (its operations fail, and a new client with the

@@ -32,11 +32,24 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
+    let secure = redquorum_testkit::secure::secure();
+    // In secure mode every node is TLS, the placeholders for nodes that never answer
+    // (`redis://127.0.0.1:1`) too: TLS settings beside a plain node are refused.
+    let urls: Vec<String> = urls
+        .into_iter()
+        .map(|u| match (secure, u.as_ref().strip_prefix("redis://")) {
+            (Some(_), Some(rest)) => format!("rediss://{rest}"),
+            _ => u.as_ref().to_string(),
+        })
+        .collect();
     let config = Config::from_urls(urls)?;
-    match redquorum_testkit::secure::secure() {
-        Some(s) => config
+    match secure {
+        // The printed ACL grants no CONFIG GET (it would read the admin password): the
+        // operator attests the fsync policy, as the README says.
+        Some(s) => Ok(config
             .with_ca_file(&s.pki.ca)?
-            .with_client_cert(&s.pki.client.cert, &s.pki.client.key),
+            .with_client_cert(&s.pki.client.cert, &s.pki.client.key)?
+            .with_fsync_always_attested(true)),
         None => Ok(config),
     }
 }
