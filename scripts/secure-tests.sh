@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build -q -p redquorum-cli
+# The same features as scripts/test.sh's run, so nothing is compiled again.
+cargo build -q --workspace --features redquorum-cli/test-util --bins
 acl_dir=$(mktemp -d)
 trap 'rm -rf "$acl_dir"' EXIT
 
@@ -23,15 +24,18 @@ teeth_needing_pexpire='test(=without_the_protection_a_wiped_node_after_a_missed_
 # run FEATURES TEST... [-- nextest arguments]
 run() {
     local features=$1; shift
-    local args=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=(--test "$1"); shift; done
+    local binaries=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        binaries="${binaries:+$binaries | }binary(=$1)"; shift
+    done
     [ "${1:-}" = "--" ] && shift
     local file="$acl_dir/${features//,/-}.acl"
     target/debug/redquorum acl --user rq --feature "$features" > "$file"
     echo "secure-tests: feature $features over TLS as user rq:"
     sed 's/^/    /' "$file"
-    if ! REDQUORUM_TEST_ACL_FILE="$file" cargo nextest run -p redquorum "${args[@]}" \
-        -E "not ($teeth_needing_pexpire)" "$@"; then
+    if ! REDQUORUM_TEST_ACL_FILE="$file" cargo nextest run --workspace \
+        --features redquorum-cli/test-util \
+        -E "package(redquorum) & ($binaries) & not ($teeth_needing_pexpire)" "$@"; then
         failed+=("$features")
     fi
 }
