@@ -80,28 +80,11 @@ impl Feature {
             Feature::Ids => &["get", "set"],
             // lock_acquire/extend/release.lua, Lock::holder, the release hint.
             Feature::Locks => LOCKS,
-            // Locks, plus record.lua and prune.lua of periodic jobs.
-            Feature::Election => &[
-                "hmget",
-                "hget",
-                "hset",
-                "del",
-                "publish",
-                "subscribe",
-                "hdel",
-                "hgetall",
-            ],
-            // Locks (the group's leader lease), member_beat.lua, view_write.lua, hints.
-            Feature::Indexing => &[
-                "hmget",
-                "hget",
-                "hset",
-                "del",
-                "publish",
-                "subscribe",
-                "hdel",
-                "hgetall",
-            ],
+            // Locks, plus record.lua and prune.lua (periodic jobs' completion records).
+            Feature::Election => LEADERS,
+            // Locks (the group's leader lease and its records), member_beat.lua,
+            // view_write.lua, hints.
+            Feature::Indexing => LEADERS,
             // Indexing, plus plist.lua, units*.lua.
             Feature::Distribution => &[
                 "hmget",
@@ -131,6 +114,18 @@ impl fmt::Display for Feature {
 }
 
 const LOCKS: &[&str] = &["hmget", "hget", "hset", "del", "publish", "subscribe"];
+
+/// Locks, plus what completion records (record.lua, prune.lua) and member beats need.
+const LEADERS: &[&str] = &[
+    "hmget",
+    "hget",
+    "hset",
+    "del",
+    "publish",
+    "subscribe",
+    "hdel",
+    "hgetall",
+];
 
 /// What every client needs: node probes, markers and descriptors, scripts, guarded reads,
 /// and the repair of a wiped node (which every client runs when it meets one).

@@ -49,16 +49,6 @@ pub(crate) async fn run_while_held(
             let _ = killpg(pgid, sig);
         }
     };
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let terminated = async {
-        match sigterm.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
     tokio::select! {
         status = child.wait() => {
             let code = match status {
@@ -80,15 +70,10 @@ pub(crate) async fn run_while_held(
             kill_group(Signal::SIGKILL); // grandchildren that outlived the child
             Ok(ExitCode::from(4))
         }
-        _ = terminated => {
+        code = stop_signal() => {
             kill_group(Signal::SIGTERM);
             stop_within_lease(&mut child, guard, kill_group).await;
-            Ok(ExitCode::from(143))
-        }
-        _ = tokio::signal::ctrl_c() => {
-            kill_group(Signal::SIGTERM);
-            stop_within_lease(&mut child, guard, kill_group).await;
-            Ok(ExitCode::from(130))
+            Ok(ExitCode::from(code))
         }
     }
 }

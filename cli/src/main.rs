@@ -1138,24 +1138,6 @@ fn default_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Until SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match sigterm.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-}
-
 /// `dist watch`: join the pool, print every change of this member's own assignment, leave on
 /// SIGINT/SIGTERM.
 async fn dist_watch(
@@ -1172,7 +1154,7 @@ async fn dist_watch(
     let member = redquorum::PoolMember::join(client, pool, &id, opts).await?;
     let mut changes = member.changes();
     let mut last: Option<String> = None;
-    let stop = shutdown_signal();
+    let stop = child::stop_signal();
     tokio::pin!(stop);
     loop {
         let current = changes.borrow_and_update().clone();
@@ -1235,7 +1217,7 @@ async fn index_watch(
     let mut changes = member.changes();
     let mut views = member.views();
     let mut last: Option<String> = None;
-    let stop = shutdown_signal();
+    let stop = child::stop_signal();
     tokio::pin!(stop);
     loop {
         if let Some(r) = &recorder {
