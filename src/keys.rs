@@ -81,7 +81,44 @@ pub(crate) enum KeyKind {
 }
 
 impl KeyKind {
-    fn word(self) -> &'static str {
+    /// Every kind (for reading a key's kind back from its word).
+    pub(crate) const ALL: [KeyKind; 26] = [
+        KeyKind::Marker,
+        KeyKind::Cluster,
+        KeyKind::RepairClaim,
+        KeyKind::FenceFloor,
+        KeyKind::Id,
+        KeyKind::Lock,
+        KeyKind::Fence,
+        KeyKind::Done,
+        KeyKind::Members,
+        KeyKind::View,
+        KeyKind::Ack,
+        KeyKind::GroupLock,
+        KeyKind::GroupFence,
+        KeyKind::Units,
+        KeyKind::UnitVersion,
+        KeyKind::UnitStamp,
+        KeyKind::UnitFloor,
+        KeyKind::UnitLog,
+        KeyKind::UnitEpoch,
+        KeyKind::Marked,
+        KeyKind::PoolMembers,
+        KeyKind::PoolView,
+        KeyKind::PoolAck,
+        KeyKind::PoolLock,
+        KeyKind::PoolFence,
+        KeyKind::PoolList,
+    ];
+
+    /// The kind of a key this crate wrote (`rq:<word>` or `rq:<word>:...`), if any.
+    pub(crate) fn of_key(key: &str) -> Option<KeyKind> {
+        let rest = key.strip_prefix(KEY_PREFIX)?;
+        let word = rest.split_once(':').map_or(rest, |(w, _)| w);
+        KeyKind::ALL.into_iter().find(|k| k.word() == word)
+    }
+
+    pub(crate) fn word(self) -> &'static str {
         match self {
             KeyKind::Marker => "marker",
             KeyKind::Cluster => "cluster",

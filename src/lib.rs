@@ -78,6 +78,8 @@ mod scripts;
 pub use crate::metrics::describe_metrics;
 pub use client::Client;
 pub use cluster::Descriptor;
+#[cfg(feature = "test-util")]
+pub use config::CopyEvent;
 pub use config::{
     Config, ConfigError, NodeUrl, SafetyMode, CACERT_ENV, CERT_ENV, KEY_ENV, MAX_NODES, NODES_ENV,
     SNI_ENV,

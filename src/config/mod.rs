@@ -70,9 +70,45 @@ pub struct Config {
     pub(crate) newest_lease_restore: bool,
     /// Test-only: IDs from a spare block are returned without validating them.
     pub(crate) unvalidated_spares: bool,
+    /// A copy reads its sources behind the incarnation it planned on (test switch).
+    pub(crate) copy_checks: bool,
+    /// A copy's writes check the repairer's claim (test switch).
+    pub(crate) copy_claimed: bool,
+    /// Test-only: called at a copy's pause points.
+    #[cfg(feature = "test-util")]
+    pub(crate) copy_hook: Option<CopyHook>,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
     pub(crate) tls: tls::Tls,
+}
+
+/// TEST ONLY: where a copy (of a repair or a node-list change) calls the hook of
+/// [`Config::with_copy_hook_for_tests`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))]
+pub enum CopyEvent {
+    /// The sources and targets are fixed (after the census, the seal and the claims), before
+    /// the first page is read.
+    Started,
+    /// A page was read from every source and merged, before it is written.
+    PageRead,
+}
+
+/// The test-only copy hook (see [`Config::with_copy_hook_for_tests`]).
+#[cfg(feature = "test-util")]
+#[derive(Clone)]
+pub(crate) struct CopyHook(pub(crate) std::sync::Arc<CopyHookFn>);
+
+/// The function a [`CopyHook`] calls.
+#[cfg(feature = "test-util")]
+type CopyHookFn = dyn Fn(CopyEvent) -> futures::future::BoxFuture<'static, ()> + Send + Sync;
+
+#[cfg(feature = "test-util")]
+impl std::fmt::Debug for CopyHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CopyHook")
+    }
 }
 
 /// Smallest duration accepted anywhere.
@@ -124,6 +160,10 @@ impl Config {
             floor_recheck: true,
             newest_lease_restore: false,
             unvalidated_spares: false,
+            copy_checks: true,
+            copy_claimed: true,
+            #[cfg(feature = "test-util")]
+            copy_hook: None,
             cluster_identity: true,
             cluster_pin: None,
             tls: tls::Tls::default(),
@@ -354,6 +394,37 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn without_floor_recheck_for_tests(mut self) -> Self {
         self.floor_recheck = false;
+        self
+    }
+
+    /// TEST ONLY: a repair's (or a node-list change's) copy reads its sources blind, without
+    /// checking in the same transaction that each is still the incarnation (run_id, marker,
+    /// last repair) its census found, so a test can show the accepted values that a source
+    /// emptied by FLUSHALL during the copy makes it lose. Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn with_blind_copy_reads_for_tests(mut self) -> Self {
+        self.copy_checks = false;
+        self
+    }
+
+    /// TEST ONLY: a copy's page writes do not check that the target still carries the
+    /// repairer's claim, so a test can show what a repairer that lost its claim brings back
+    /// (a unit removed and collected meanwhile). Never use it in production.
+    #[cfg(feature = "test-util")]
+    pub fn with_unclaimed_copy_writes_for_tests(mut self) -> Self {
+        self.copy_claimed = false;
+        self
+    }
+
+    /// TEST ONLY: call `hook` at a copy's pause points ([`CopyEvent`]) and wait for the future
+    /// it returns, so a test can fault a node at exactly that moment (a FLUSHALL of a source
+    /// after the census; a repairer paused between a page's read and its write).
+    #[cfg(feature = "test-util")]
+    pub fn with_copy_hook_for_tests(
+        mut self,
+        hook: impl Fn(CopyEvent) -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        self.copy_hook = Some(CopyHook(std::sync::Arc::new(hook)));
         self
     }
 

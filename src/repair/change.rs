@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Census, Mark, RepairClaim};
+use super::copy::{Sources, Target};
+use super::{sources_of, Census, Mark, RepairClaim};
 use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
 use crate::cluster::{self, Adoption, Descriptor};
 use crate::config::{Config, ConfigError};
@@ -74,8 +75,9 @@ impl Client {
         let sources = self.seal_for(&from, &new, settle).await?;
         let target = Client::open(to, false).await?;
         let (claims, targets) = target.enlist(&from, &new).await?;
+        let sealed = sources.nodes.len();
         let copied = self
-            .copy_and_mark(&sources, &target, &claims, targets, &new)
+            .copy_and_mark(sources, &target, &claims, targets, &new)
             .await;
         for claim in claims.values() {
             claim.release().await;
@@ -83,7 +85,7 @@ impl Client {
         let (copied, marked) = copied?;
         tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
         Ok(ClusterChange {
-            sealed: sources.len(),
+            sealed,
             marked,
             keys: copied.keys,
             from,
@@ -99,7 +101,7 @@ impl Client {
         from: &Descriptor,
         new: &Descriptor,
         settle: Duration,
-    ) -> Result<Vec<usize>, Error> {
+    ) -> Result<Sources, Error> {
         let inner = &self.inner;
         let new_id = new.id.clone();
         let seal_step = Steps::per_node(move |ctx| Some(seal_step(ctx, &new_id)));
@@ -109,8 +111,9 @@ impl Client {
         // Settle, then find the sealed nodes: sealed for this successor, by this run or an
         // earlier one, whatever the node's run_id now (a restart keeps what the AOF holds).
         tokio::time::sleep(settle + Duration::from_millis(25)).await;
-        let sources = sealed_sources(&self.census().await, &from.id, &new.id);
-        if sources.len() < inner.majority.needed() {
+        let census = self.census().await;
+        let sealed = sealed_sources(&census, &from.id, &new.id);
+        if sealed.len() < inner.majority.needed() {
             let why = |_: &()| {
                 "not verified for this cluster (restarted or wiped, or sealed for another \
                  change): repair it first"
@@ -118,7 +121,7 @@ impl Client {
             };
             return Err(NoQuorum::from_tally("cluster.seal", &seal, &inner.urls, why).into());
         }
-        Ok(sources)
+        Ok(sources_of(&census, &sealed, inner.majority.needed()))
     }
 
     /// Step 3a, on the new list's client: the nodes a copy may go to (new ones, or nodes of
@@ -129,7 +132,7 @@ impl Client {
         &self,
         from: &Descriptor,
         new: &Descriptor,
-    ) -> Result<(BTreeMap<usize, RepairClaim>, BTreeMap<usize, String>), Error> {
+    ) -> Result<(BTreeMap<usize, RepairClaim>, BTreeMap<usize, Target>), Error> {
         let targets = enlistable(&self.census().await, &from.id, &new.id);
         let needed_new = self.inner.majority.needed();
         if targets.len() < needed_new {
@@ -151,7 +154,7 @@ impl Client {
         }
         let targets = targets
             .into_iter()
-            .filter(|(n, _)| claims.contains_key(n))
+            .filter_map(|(n, run)| Some((n, self.copy_target(&run, claims.get(&n)?))))
             .collect();
         Ok((claims, targets))
     }
@@ -160,15 +163,19 @@ impl Client {
     /// whole copy for the new cluster. Returns the copy and how many were marked.
     async fn copy_and_mark(
         &self,
-        sources: &[usize],
+        sources: Sources,
         target: &Client,
         claims: &BTreeMap<usize, RepairClaim>,
-        targets: BTreeMap<usize, String>,
+        targets: BTreeMap<usize, Target>,
         new: &Descriptor,
     ) -> Result<(super::copy::Copied, usize), Error> {
+        // A target whose claim is lost refuses the next page (every write checks the claim)
+        // and is dropped; the copy goes on for the others.
         let refresh_all = || async {
-            for claim in claims.values() {
-                let _ = claim.refresh().await;
+            for (node, claim) in claims {
+                if let Err(why) = claim.refresh().await {
+                    tracing::warn!(node, why = %why, "a target of the change lost its claim");
+                }
             }
             Ok(())
         };
@@ -180,10 +187,11 @@ impl Client {
                 reason: format!("the copy stopped: {why}; run the change again"),
             })?;
         let mut marked = 0;
-        for (node, run) in &copied.complete {
+        for (node, t) in &copied.complete {
             let Some(claim) = claims.get(node) else {
                 continue;
             };
+            let run = &t.run_id;
             let mark = Arc::new(Mark {
                 run_id: run.clone(),
                 descriptor: new.encode(),
@@ -262,6 +270,7 @@ mod tests {
             node,
             run_id: run.into(),
             marker: marker.map(String::from),
+            marked: None,
             has_state: marker.is_some(),
         }
     }

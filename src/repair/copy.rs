@@ -10,6 +10,25 @@
 //! hold is simply written more than once). Memory stays bounded by a page,
 //! each page has its own deadline, and a keyspace of any size finishes.
 //!
+//! **Every read is behind the incarnation the copy planned on.** The census gives each source's
+//! incarnation: its run_id, its marker and its last repair's nonce (`rq:marked`). Every SCAN
+//! page and every page read runs in one MULTI/EXEC with a read of the marker and the nonce, on
+//! a connection of the census's run_id; a source that shows anything else lost its data (a
+//! FLUSHALL keeps the run_id but takes the marker; a repair since writes a new nonce; a
+//! restart changes the run_id), so what it returned is dropped with it, and the copy goes on
+//! only while at least a majority of sources (`needed`) stayed unchanged throughout. Why that
+//! is enough: the intersection argument needs, for each accepted value, one source of the
+//! read set that held it from before the census to the read of its page, and whose scan ran
+//! to its end without losing anything; a source unchanged at every read is such a node, and
+//! `needed` of them meet every majority. After the last page every source is checked once
+//! more.
+//!
+//! **Every write is under the repairer's claim.** Each script call that writes a page
+//! (`raise.lua`, `restore.lua`, `view_write.lua` in claim mode) first checks, atomically, that
+//! the target still carries this repairer's claim: a repairer that lost its claim (paused past
+//! its lifetime while another repaired the node) or a target emptied by FLUSHALL since the copy
+//! began takes nothing, and a target that refused a page is dropped (never marked).
+//!
 //! Keys that appear on the sources after the copy started were accepted by majorities without
 //! the targets (which were quarantined, or not yet marked), so the copy need not include
 //! them: any later majority meets those majorities at a node other than the targets. The one
@@ -21,12 +40,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::client::{Client, NodeConn, Request, Step, Targets};
+use crate::config::CopyEvent;
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
 use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
 pub(crate) use super::plan::classify;
-use super::plan::{fence_of, lease_token, plan, Holdings, Kind, Plan, BLOCKER_HOLDER};
+use super::plan::{fence_of, lease_token, plan, HashMerge, Holdings, Kind, Plan, BLOCKER_HOLDER};
 
 /// Keys per SCAN page.
 const PAGE: usize = 1000;
@@ -38,21 +58,122 @@ const DISPUTE_REREADS: u32 = 3;
 /// The pattern every state key matches (a fixed string: user names never reach a pattern).
 const STATE_PATTERN: &str = "rq:*";
 
-/// Read the given keys from one node, each by its kind, in one pipeline. A key of an
-/// unexpected type (an older layout) or with a value that does not parse is skipped.
-async fn read_keys(mut nc: NodeConn, keys: &[String]) -> redis::RedisResult<Holdings> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    let kinds: Vec<Kind> = keys.iter().filter_map(|k| classify(k)).collect();
-    for (key, kind) in keys.iter().zip(&kinds) {
-        match kind {
-            Kind::Register => pipe.cmd("GET").arg(key),
-            Kind::View => pipe.cmd("HMGET").arg(key).arg("token").arg("view"),
-            Kind::Lease => pipe.cmd("HMGET").arg(key).arg("v").arg("n").arg("t"),
-            Kind::Hash(_) => pipe.cmd("HGETALL").arg(key),
-        };
+/// A source's incarnation as the census found it: the copy reads it only while it is the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Incarnation {
+    /// The server's run_id (a restart changes it).
+    pub(crate) run_id: String,
+    /// Its marker (a FLUSHALL removes it).
+    pub(crate) marker: Option<String>,
+    /// Its last repair's nonce (`rq:marked`: every repair writes a new one).
+    pub(crate) marked: Option<String>,
+}
+
+/// The nodes a copy reads from, each with the incarnation it must keep, and how many must stay
+/// unchanged for the copy to go on (a majority of the cluster the copy reads).
+#[derive(Clone, Debug)]
+pub(crate) struct Sources {
+    pub(crate) nodes: BTreeMap<usize, Incarnation>,
+    pub(crate) needed: usize,
+}
+
+impl Sources {
+    fn list(&self) -> Vec<usize> {
+        self.nodes.keys().copied().collect()
     }
-    let replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut nc.conn).await?;
+
+    /// Drop `node`, which changed under the copy. An error when too few sources are left.
+    fn drop_changed(&mut self, node: usize) -> Result<(), String> {
+        if self.nodes.remove(&node).is_some() {
+            tracing::warn!(
+                node,
+                left = self.nodes.len(),
+                needed = self.needed,
+                "a source of a copy lost its data or was repaired during the copy: dropped"
+            );
+        }
+        if self.nodes.len() < self.needed {
+            return Err(format!(
+                "source node{node} lost its data or was repaired during the copy, and only {} \
+                 unchanged source(s) are left ({} are needed)",
+                self.nodes.len(),
+                self.needed
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One source's answer to a read behind its incarnation.
+#[derive(Clone, Debug)]
+enum Behind<T> {
+    /// Read on the incarnation the copy planned on.
+    Same(T),
+    /// The source is not that incarnation any more: what it returned is worthless.
+    Changed,
+}
+
+/// Run `fill`'s commands on `nc` in one MULTI/EXEC behind a read of the marker and of the last
+/// repair's nonce, and compare both (and the connection's run_id) with `expected`. `check`
+/// false is the TEST-ONLY blind copy.
+async fn behind(
+    nc: &mut NodeConn,
+    expected: &Incarnation,
+    check: bool,
+    fill: impl FnOnce(&mut redis::Pipeline),
+) -> redis::RedisResult<Behind<Vec<redis::RedisResult<redis::Value>>>> {
+    let mut pipe = redis::pipe();
+    pipe.atomic().ignore_errors();
+    pipe.cmd("GET").arg(fixed_key(KeyKind::Marker));
+    pipe.cmd("GET").arg(fixed_key(KeyKind::Marked));
+    fill(&mut pipe);
+    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut nc.conn).await?;
+    if replies.len() < 2 {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "copy read",
+            format!("expected at least 2 replies, got {}", replies.len()),
+        )));
+    }
+    let rest = replies.split_off(2);
+    let marked: Option<String> =
+        redis::from_redis_value(replies.pop().unwrap_or(Ok(redis::Value::Nil))?)?;
+    let marker: Option<String> =
+        redis::from_redis_value(replies.pop().unwrap_or(Ok(redis::Value::Nil))?)?;
+    let same = nc.run_id() == expected.run_id.as_str()
+        && marker == expected.marker
+        && marked == expected.marked;
+    Ok(if same || !check {
+        Behind::Same(rest)
+    } else {
+        Behind::Changed
+    })
+}
+
+/// Read the given keys from one node, each by its kind, in one transaction behind its
+/// incarnation. A key of an unexpected type (an older layout) or with a value that does not
+/// parse is skipped.
+async fn read_keys(
+    mut nc: NodeConn,
+    keys: &[String],
+    expected: &Incarnation,
+    check: bool,
+) -> redis::RedisResult<Behind<Holdings>> {
+    let kinds: Vec<Kind> = keys.iter().filter_map(|k| classify(k)).collect();
+    let replies = behind(&mut nc, expected, check, |pipe| {
+        for (key, kind) in keys.iter().zip(&kinds) {
+            match kind {
+                Kind::Register => pipe.cmd("GET").arg(key),
+                Kind::View => pipe.cmd("HMGET").arg(key).arg("token").arg("view"),
+                Kind::Lease => pipe.cmd("HMGET").arg(key).arg("v").arg("n").arg("t"),
+                Kind::Hash(_) => pipe.cmd("HGETALL").arg(key),
+            };
+        }
+    })
+    .await?;
+    let Behind::Same(replies) = replies else {
+        return Ok(Behind::Changed);
+    };
     let mut h = Holdings::default();
     for ((key, kind), reply) in keys.iter().zip(&kinds).zip(replies) {
         let Ok(value) = reply else { continue };
@@ -85,30 +206,52 @@ async fn read_keys(mut nc: NodeConn, keys: &[String]) -> redis::RedisResult<Hold
             }
         }
     }
-    Ok(h)
+    Ok(Behind::Same(h))
 }
 
-/// Raise one node to `plan`, only while it is still the incarnation `run_id` (when given).
-/// Applied(number of keys or fields written), or Rejected when the node restarted.
+/// A node a copy writes to: the incarnation it must keep and the claim it must carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) run_id: String,
+    /// The repairer's claim nonce the node must carry for every write (`*`: the TEST-ONLY
+    /// unclaimed write).
+    pub(crate) claim: String,
+}
+
+/// Raise one node to `plan`, only while it is still the incarnation `target` names and carries
+/// its claim. Applied(number of keys or fields written), or Rejected when the node restarted
+/// or refused a write (its claim is gone: another repair finished, or the node lost its data).
 async fn raise(
     mut nc: NodeConn,
     plan: &Plan,
-    run_id: Option<&str>,
+    target: &Target,
 ) -> redis::RedisResult<NodeOutcome<usize>> {
-    if run_id.is_some_and(|r| nc.run_id() != r) {
+    if nc.run_id() != target.run_id.as_str() {
         return Ok(NodeOutcome::Rejected(0));
     }
+    let claim_key = fixed_key(KeyKind::RepairClaim);
+    let claim = target.claim.as_str();
     let mut raised = 0usize;
+    // Each call answers -1 when the claim is not the repairer's: the node then takes nothing
+    // more of this copy.
+    let counted = |raised: &mut usize, n: i64| -> Option<()> {
+        *raised += usize::try_from(n).ok()?;
+        Some(())
+    };
     for chunk in plan.registers.chunks(200) {
         let mut inv = RAISE.prepare_invoke();
+        inv.key(&claim_key).arg(claim);
         for (k, v) in chunk {
             inv.key(k).arg(*v);
         }
-        raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
+        if counted(&mut raised, inv.invoke_async::<i64>(&mut nc.conn).await?).is_none() {
+            return Ok(NodeOutcome::Rejected(0));
+        }
     }
     for (key, (token, view)) in &plan.views {
-        // The view register's own compare-and-set on the view's base, without the marker
-        // check: the node is being repaired precisely because its marker is missing or stale.
+        // The view register's own compare-and-set on the view's base, under the claim instead
+        // of the marker: the node is being repaired precisely because its marker is missing or
+        // stale.
         let Ok(parsed) = serde_json::from_str::<crate::membership::View>(view) else {
             continue;
         };
@@ -116,22 +259,28 @@ async fn raise(
         let (stored, _): (i64, u64) = VIEW_WRITE
             .key(key)
             .key(fixed_key(KeyKind::Marker))
+            .key(&claim_key)
             .arg(*token)
             .arg(view)
             .arg(crate::membership::View::digest(view))
             .arg(base)
-            .arg("*")
+            .arg(format!("claim:{claim}"))
             .invoke_async(&mut nc.conn)
             .await?;
+        if stored == -1 {
+            return Ok(NodeOutcome::Rejected(0));
+        }
         raised += usize::from(stored == 1);
     }
     for (key, (value, version, ttl)) in &plan.leases {
         let Some(fence_key) = fence_of(key) else {
             continue;
         };
-        let written: usize = RESTORE
+        let written: i64 = RESTORE
+            .key(&claim_key)
             .key(key)
             .key(&fence_key)
+            .arg(claim)
             .arg("lease")
             .arg(value)
             .arg(*version)
@@ -140,19 +289,37 @@ async fn raise(
             .arg(BLOCKER_HOLDER)
             .invoke_async(&mut nc.conn)
             .await?;
-        raised += written;
+        if counted(&mut raised, written).is_none() {
+            return Ok(NodeOutcome::Rejected(0));
+        }
     }
     for (key, (merge, fields)) in &plan.hashes {
+        let third = match merge {
+            HashMerge::Units => units_floor_of(key).unwrap_or_else(|| key.clone()),
+            _ => key.clone(),
+        };
         for chunk in fields.iter().collect::<Vec<_>>().chunks(200) {
             let mut inv = RESTORE.prepare_invoke();
-            inv.key(key).key(key).arg(merge.mode());
+            inv.key(&claim_key)
+                .key(key)
+                .key(&third)
+                .arg(claim)
+                .arg(merge.mode());
             for (f, v) in chunk {
                 inv.arg(*f).arg(*v);
             }
-            raised += inv.invoke_async::<usize>(&mut nc.conn).await?;
+            if counted(&mut raised, inv.invoke_async::<i64>(&mut nc.conn).await?).is_none() {
+                return Ok(NodeOutcome::Rejected(0));
+            }
         }
     }
     Ok(NodeOutcome::Applied(raised))
+}
+
+/// A pool's collection floor key from its unit register's key (`rq:units:p` -> `rq:ufloor:p`).
+fn units_floor_of(units_key: &str) -> Option<String> {
+    let pool = units_key.strip_prefix("rq:units:")?;
+    Some(format!("rq:ufloor:{pool}"))
 }
 
 /// How a paged copy ended.
@@ -162,39 +329,58 @@ pub(crate) struct Copied {
     pub(crate) written: usize,
     /// Keys read from the sources.
     pub(crate) keys: usize,
-    /// The targets that took every page, with the run_id they kept throughout.
-    pub(crate) complete: BTreeMap<usize, String>,
+    /// The targets that took every page (each still the incarnation it was, under its claim).
+    pub(crate) complete: BTreeMap<usize, Target>,
+    /// The sources that stayed unchanged from the census to the end of the copy.
+    pub(crate) sources: Vec<usize>,
 }
 
 impl Client {
-    /// Copy what `sources` (nodes of this client) hold onto `targets` (nodes of `target`, with
-    /// the run_id each must keep), page by page. `between_pages` runs after every page (a
-    /// repair refreshes its claim there; an error stops the copy).
+    /// Copy what `sources` (nodes of this client) hold onto `targets` (nodes of `target`, each
+    /// with the incarnation it must keep and the claim it must carry), page by page, every read
+    /// behind the source's incarnation (see the module docs). `between_pages` runs after every
+    /// page (a repair refreshes its claim there; an error stops the copy).
     ///
     /// # Errors
-    /// A message when a source stops answering (the copy must cover every source's keys), or
-    /// when no target takes a page.
+    /// A message when a source stops answering, when fewer than `sources.needed` sources stayed
+    /// unchanged, or when no target takes a page.
     pub(crate) async fn copy_paged<F, Fut>(
         &self,
-        sources: &[usize],
+        sources: Sources,
         target: &Client,
-        targets: BTreeMap<usize, String>,
+        targets: BTreeMap<usize, Target>,
         mut between_pages: F,
     ) -> Result<Copied, String>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), String>>,
     {
+        let mut sources = sources;
+        if sources.nodes.len() < sources.needed {
+            return Err(format!(
+                "{} source(s); {} are needed",
+                sources.nodes.len(),
+                sources.needed
+            ));
+        }
         let mut copied = Copied {
             complete: targets,
             ..Copied::default()
         };
-        for &source in sources {
+        self.copy_event(CopyEvent::Started).await;
+        for source in sources.list() {
             let mut cursor: u64 = 0;
             loop {
-                let (next, keys) = self.scan_page(source, cursor).await?;
+                if !sources.nodes.contains_key(&source) {
+                    break;
+                }
+                let Some((next, keys)) = self.scan_page(&sources, source, cursor).await? else {
+                    sources.drop_changed(source)?;
+                    break;
+                };
                 if !keys.is_empty() {
-                    self.copy_page(sources, target, keys, &mut copied).await?;
+                    self.copy_page(&mut sources, target, keys, &mut copied)
+                        .await?;
                 }
                 between_pages().await?;
                 if next == 0 {
@@ -211,51 +397,125 @@ impl Client {
         // scans sees every such token.
         if self.inner.config.floor_recheck {
             let counted = copied.keys;
-            self.copy_page(sources, target, crate::keys::all_floor_keys(), &mut copied)
-                .await?;
+            self.copy_page(
+                &mut sources,
+                target,
+                crate::keys::all_floor_keys(),
+                &mut copied,
+            )
+            .await?;
             copied.keys = counted;
             between_pages().await?;
         }
+        // Once more after the last page: every source still the incarnation it was.
+        self.verify_sources(&mut sources).await?;
+        copied.sources = sources.list();
         Ok(copied)
     }
 
-    /// One SCAN page of `source`: the next cursor and the state keys on the page.
-    async fn scan_page(&self, source: usize, cursor: u64) -> Result<(u64, Vec<String>), String> {
-        let scan = Step::session(move |mut nc: NodeConn| async move {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(STATE_PATTERN)
-                .arg("COUNT")
-                .arg(PAGE)
-                .query_async(&mut nc.conn)
+    /// The test-only pause points of a copy.
+    async fn copy_event(&self, _event: CopyEvent) {
+        #[cfg(feature = "test-util")]
+        if let Some(hook) = &self.inner.config.copy_hook {
+            (hook.0)(_event).await;
+        }
+    }
+
+    /// Read every source's incarnation behind nothing: drop those that changed.
+    async fn verify_sources(&self, sources: &mut Sources) -> Result<(), String> {
+        let expected = Arc::new(sources.nodes.clone());
+        let check = self.inner.config.copy_checks;
+        let verify = Step::session(move |mut nc: NodeConn| {
+            let expected = expected.clone();
+            async move {
+                let Some(inc) = expected.get(&nc.node()) else {
+                    return Ok(NodeOutcome::Applied(false));
+                };
+                let read = behind(&mut nc, inc, check, |_| {}).await?;
+                Ok(NodeOutcome::Applied(matches!(read, Behind::Same(_))))
+            }
+        });
+        let request = Request::any_node("repair.verify", Targets::of(&sources.list()))
+            .within(self.inner.config.operation_timeout);
+        let tally = self.send(request, verify).await;
+        let same: BTreeMap<usize, bool> = tally.replies().map(|(id, s)| (id.0, *s)).collect();
+        for node in sources.list() {
+            match same.get(&node) {
+                Some(true) => {}
+                Some(false) => sources.drop_changed(node)?,
+                None => {
+                    return Err(format!(
+                        "source node{node} stopped answering during the copy"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One SCAN page of `source`, behind its incarnation: the next cursor and the state keys on
+    /// the page, or None when the source changed.
+    async fn scan_page(
+        &self,
+        sources: &Sources,
+        source: usize,
+        cursor: u64,
+    ) -> Result<Option<(u64, Vec<String>)>, String> {
+        let Some(expected) = sources.nodes.get(&source).cloned() else {
+            return Ok(None);
+        };
+        let check = self.inner.config.copy_checks;
+        let scan = Step::session(move |mut nc: NodeConn| {
+            let expected = expected.clone();
+            async move {
+                let read = behind(&mut nc, &expected, check, |pipe| {
+                    pipe.cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(STATE_PATTERN)
+                        .arg("COUNT")
+                        .arg(PAGE);
+                })
                 .await?;
-            Ok(NodeOutcome::Applied((next, keys)))
+                let page = match read {
+                    Behind::Same(mut replies) => {
+                        let reply = replies.pop().unwrap_or(Ok(redis::Value::Nil))?;
+                        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+                        Some((next, keys))
+                    }
+                    Behind::Changed => None,
+                };
+                Ok(NodeOutcome::Applied(page))
+            }
         });
         let request = Request::any_node("repair.scan", Targets::Only(source))
             .within(self.inner.config.operation_timeout);
         let tally = self.send(request, scan).await;
-        let Some((next, keys)) = tally.replies().next().map(|(_, r)| r.clone()) else {
+        let Some(page) = tally.replies().next().map(|(_, r)| r.clone()) else {
             return Err(format!(
                 "source node{source} stopped answering during the copy"
             ));
         };
-        Ok((
-            next,
-            keys.into_iter().filter(|k| classify(k).is_some()).collect(),
-        ))
+        Ok(page.map(|(next, keys)| {
+            (
+                next,
+                keys.into_iter().filter(|k| classify(k).is_some()).collect(),
+            )
+        }))
     }
 
-    /// Read one page of keys from every source, merge, and raise the targets that are still
-    /// complete (dropping those that did not take it).
+    /// Read one page of keys from every source (behind its incarnation: a source that changed
+    /// is dropped), merge, and raise the targets that are still complete (dropping those that
+    /// did not take it).
     async fn copy_page(
         &self,
-        sources: &[usize],
+        sources: &mut Sources,
         target: &Client,
         keys: Vec<String>,
         copied: &mut Copied,
     ) -> Result<(), String> {
         let deadline = self.inner.config.operation_timeout;
+        let check = self.inner.config.copy_checks;
         let page: Arc<Vec<String>> = Arc::new(keys);
         // Every key of the page is copied, also keys an earlier source holds: SCAN need not
         // return a key created on that source after its scan passed.
@@ -265,16 +525,31 @@ impl Client {
         // a blocker: a contender's losing round is usually released within milliseconds.
         let mut rereads = 0;
         let plan = loop {
-            let p = page.clone();
+            let (p, expected) = (page.clone(), Arc::new(sources.nodes.clone()));
             let read = Step::session(move |nc: NodeConn| {
-                let p = p.clone();
-                async move { read_keys(nc, &p).await.map(NodeOutcome::Applied) }
+                let (p, expected) = (p.clone(), expected.clone());
+                async move {
+                    let Some(inc) = expected.get(&nc.node()) else {
+                        return Ok(NodeOutcome::Applied(Behind::Changed));
+                    };
+                    read_keys(nc, &p, inc, check)
+                        .await
+                        .map(NodeOutcome::Applied)
+                }
             });
-            let request = Request::any_node("repair.page", Targets::of(sources)).within(deadline);
+            let request =
+                Request::any_node("repair.page", Targets::of(&sources.list())).within(deadline);
             let reads = self.send(request, read).await;
-            let read: BTreeMap<usize, Holdings> =
-                reads.replies().map(|(id, h)| (id.0, h.clone())).collect();
-            if let Some(missing) = sources.iter().find(|s| !read.contains_key(s)) {
+            let mut read: BTreeMap<usize, Holdings> = BTreeMap::new();
+            for (id, r) in reads.replies() {
+                match r {
+                    Behind::Same(h) => {
+                        read.insert(id.0, h.clone());
+                    }
+                    Behind::Changed => sources.drop_changed(id.0)?,
+                }
+            }
+            if let Some(missing) = sources.list().into_iter().find(|s| !read.contains_key(s)) {
                 return Err(format!(
                     "source node{missing} stopped answering during the copy"
                 ));
@@ -296,16 +571,19 @@ impl Client {
                  for the next seal"
             ));
         }
+        self.copy_event(CopyEvent::PageRead).await;
         if plan.is_empty() {
             return Ok(());
         }
-        let runs = Arc::new(copied.complete.clone());
-        let nodes: Vec<usize> = runs.keys().copied().collect();
+        let targets = Arc::new(copied.complete.clone());
+        let nodes: Vec<usize> = targets.keys().copied().collect();
         let write = Step::session(move |nc: NodeConn| {
-            let (plan, runs) = (plan.clone(), runs.clone());
+            let (plan, targets) = (plan.clone(), targets.clone());
             async move {
-                let run = runs.get(&nc.node()).cloned();
-                raise(nc, &plan, run.as_deref()).await
+                let Some(t) = targets.get(&nc.node()) else {
+                    return Ok(NodeOutcome::Rejected(0));
+                };
+                raise(nc, &plan, t).await
             }
         });
         let request = Request::any_node("repair.write", Targets::of(&nodes)).within(deadline);
@@ -319,7 +597,9 @@ impl Client {
         }
         copied.complete.retain(|node, _| took.contains(node));
         if copied.complete.is_empty() {
-            return Err("no target took the copy (restarted or unreachable)".into());
+            return Err(
+                "no target took the copy (restarted, unreachable, or its claim is gone)".into(),
+            );
         }
         Ok(())
     }

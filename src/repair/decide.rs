@@ -172,6 +172,7 @@ mod tests {
             node,
             run_id: run.into(),
             marker: marker.map(String::from),
+            marked: None,
             has_state,
         }
     }

@@ -64,12 +64,14 @@ use crate::client::{decode, script_call, Client, Guard, NodeConn, Request, Step,
 use crate::cluster::{self, Descriptor};
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
-use crate::scripts::{CLAIM, CLUSTER_INIT, MARK};
+use crate::scripts::{CLUSTER_INIT, MARK};
 
 mod change;
+mod claim;
 pub(crate) mod copy;
 mod decide;
 mod plan;
+pub(crate) use claim::RepairClaim;
 pub(crate) use plan::BLOCKER_PREFIX;
 
 pub use change::ClusterChange;
@@ -211,7 +213,8 @@ impl Client {
         );
         match plan {
             decide::Plan::Copy { sources, cluster } => {
-                self.write_repair(i, &sources, &cluster, &run_id).await
+                let sources = sources_of(&census, &sources, inner.majority.needed());
+                self.write_repair(i, sources, &cluster, &run_id).await
             }
             decide::Plan::Bootstrap(descriptor) => self.bootstrap(&descriptor).await,
             decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
@@ -223,8 +226,12 @@ impl Client {
         // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
         // because their marker is missing: a session, reporting the marker it read.
         let census = Step::session(|mut nc: NodeConn| async move {
-            let marker: Option<String> = redis::cmd("GET")
+            let (marker, marked): (Option<String>, Option<String>) = redis::pipe()
+                .atomic()
+                .cmd("GET")
                 .arg(fixed_key(KeyKind::Marker))
+                .cmd("GET")
+                .arg(fixed_key(KeyKind::Marked))
                 .query_async(&mut nc.conn)
                 .await?;
             let has_state = has_state(&mut nc).await?;
@@ -232,6 +239,7 @@ impl Client {
                 node: nc.node(),
                 run_id: nc.run_id().to_string(),
                 marker,
+                marked,
                 has_state,
             }))
         });
@@ -247,7 +255,7 @@ impl Client {
     async fn write_repair(
         &self,
         i: usize,
-        sources: &[usize],
+        sources: copy::Sources,
         d: &Descriptor,
         run_id: &str,
     ) -> RepairOutcome {
@@ -257,7 +265,7 @@ impl Client {
         }
         let started = tokio::time::Instant::now();
         let mut targets = BTreeMap::new();
-        targets.insert(i, run_id.to_string());
+        targets.insert(i, self.copy_target(run_id, &claim));
         let copied = self
             .copy_paged(sources, self, targets, || claim.refresh())
             .await;
@@ -286,6 +294,19 @@ impl Client {
         claim.release().await;
         let _ = self.inner.nodes[i].reprobe().await;
         outcome
+    }
+
+    /// A copy's target of incarnation `run_id`, written under `claim` (unclaimed with the
+    /// test-only switch).
+    pub(crate) fn copy_target(&self, run_id: &str, claim: &RepairClaim) -> copy::Target {
+        copy::Target {
+            run_id: run_id.to_string(),
+            claim: if self.inner.config.copy_claimed {
+                claim.nonce.clone()
+            } else {
+                "*".into()
+            },
+        }
     }
 
     /// Write the descriptor, then the marker, on the `targets` that are still the incarnation
@@ -377,7 +398,32 @@ pub(crate) struct Census {
     pub(crate) node: usize,
     pub(crate) run_id: String,
     pub(crate) marker: Option<String>,
+    /// Its last repair's nonce (`rq:marked`).
+    pub(crate) marked: Option<String>,
     pub(crate) has_state: bool,
+}
+
+impl Census {
+    /// The incarnation a copy must find this node in at every read.
+    pub(crate) fn incarnation(&self) -> copy::Incarnation {
+        copy::Incarnation {
+            run_id: self.run_id.clone(),
+            marker: self.marker.clone(),
+            marked: self.marked.clone(),
+        }
+    }
+}
+
+/// The copy's sources: the census's nodes `chosen`, each with the incarnation it showed.
+pub(crate) fn sources_of(census: &[Census], chosen: &[usize], needed: usize) -> copy::Sources {
+    copy::Sources {
+        nodes: census
+            .iter()
+            .filter(|c| chosen.contains(&c.node))
+            .map(|c| (c.node, c.incarnation()))
+            .collect(),
+        needed,
+    }
 }
 
 /// Whether a node holds any state a copy would carry (a paged scan that stops at the first).
@@ -399,56 +445,5 @@ async fn has_state(nc: &mut NodeConn) -> redis::RedisResult<bool> {
             return Ok(false);
         }
         cursor = next;
-    }
-}
-
-/// A repair's claim on the node it repairs (`rq:repairing`): one repairer at a time. It
-/// expires on the node's clock, which decides only who does the work.
-pub(crate) struct RepairClaim {
-    client: Client,
-    node: usize,
-    pub(crate) nonce: String,
-}
-
-impl RepairClaim {
-    pub(crate) fn new(client: Client, node: usize) -> Self {
-        RepairClaim {
-            client,
-            node,
-            nonce: format!("{:032x}", rand::random::<u128>()),
-        }
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        (self.client.inner.config.operation_timeout * 4).as_millis() as u64
-    }
-
-    async fn run(&self, mode: &'static str) -> bool {
-        // No marker check: the claim guards a node that is being repaired.
-        let step = script_call(&CLAIM, Guard::None("a claim on a node under repair"))
-            .key(fixed_key(KeyKind::RepairClaim))
-            .arg(mode)
-            .arg(&self.nonce)
-            .arg(self.ttl_ms())
-            .decode(|_, v| decode::one_applied(v));
-        let request = Request::any_node("repair.claim", Targets::Only(self.node));
-        let tally = self.client.send(request, step).await;
-        tally.applied() == 1
-    }
-
-    pub(crate) async fn take(&self) -> bool {
-        self.run("take").await
-    }
-
-    pub(crate) async fn refresh(&self) -> Result<(), String> {
-        if self.run("refresh").await {
-            Ok(())
-        } else {
-            Err("the repair claim was lost to another client".into())
-        }
-    }
-
-    pub(crate) async fn release(&self) {
-        let _ = self.run("release").await;
     }
 }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::keys::KeyKind;
+
 /// What kind of state a key holds, from its prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -19,37 +21,47 @@ pub(crate) enum Kind {
     Hash(HashMerge),
 }
 
-/// Key prefixes and their kinds. Anything else under `rq:` (the marker, the descriptor, a
-/// repair claim) is not copied.
-const KINDS: &[(&str, Kind)] = &[
-    ("rq:id:", Kind::Register),
-    ("rq:fence:", Kind::Register),
-    ("rq:gfence:", Kind::Register),
-    ("rq:floor", Kind::Register),
-    ("rq:view:", Kind::View),
-    ("rq:lock:", Kind::Lease),
-    ("rq:glock:", Kind::Lease),
-    ("rq:done:", Kind::Hash(HashMerge::Max)),
-    ("rq:ack:", Kind::Hash(HashMerge::Max)),
-    ("rq:members:", Kind::Hash(HashMerge::IfAbsent)),
-    ("rq:units:", Kind::Hash(HashMerge::Max)),
-    ("rq:uver:", Kind::Register),
-    ("rq:ufloor:", Kind::Register),
-    ("rq:pmembers:", Kind::Hash(HashMerge::IfAbsent)),
-    ("rq:pview:", Kind::View),
-    ("rq:pack:", Kind::Hash(HashMerge::Max)),
-    ("rq:plock:", Kind::Lease),
-    ("rq:pfence:", Kind::Register),
-    // Unit lists: every field is written once (its name is its version and digest).
-    ("rq:plist:", Kind::Hash(HashMerge::IfAbsent)),
-];
+/// How a copy carries one kind of key: chosen in ONE exhaustive match, so a new kind of key
+/// does not compile without its rule. The argument for each rule is its line here (and in
+/// ARCHITECTURE.md): no rule ever moves a value backwards on a node.
+pub(crate) fn rule(kind: KeyKind) -> Option<Kind> {
+    match kind {
+        // Monotonic registers: raised to the highest value any source holds.
+        KeyKind::Id
+        | KeyKind::Fence
+        | KeyKind::GroupFence
+        | KeyKind::PoolFence
+        | KeyKind::FenceFloor
+        | KeyKind::UnitVersion
+        | KeyKind::UnitFloor => Some(Kind::Register),
+        // View registers: the newest view, written by the view's own compare-and-set.
+        KeyKind::View | KeyKind::PoolView => Some(Kind::View),
+        // Leases: the copy the sources agree on (newest version), else a blocker; never over a key.
+        KeyKind::Lock | KeyKind::GroupLock | KeyKind::PoolLock => Some(Kind::Lease),
+        // Completion records and acknowledgements: each field raised to its highest value.
+        KeyKind::Done | KeyKind::Ack | KeyKind::PoolAck => Some(Kind::Hash(HashMerge::Max)),
+        // Unit registers: each entry raised; a removal below the collection floor is not.
+        KeyKind::Units => Some(Kind::Hash(HashMerge::Units)),
+        // Beats: each raised to its highest sequence ("left" above all), so a beat never goes
+        // back to a value a leader may already have seen.
+        KeyKind::Members | KeyKind::PoolMembers => Some(Kind::Hash(HashMerge::Beat)),
+        // Unit lists: every field is written once (its name is its version and digest).
+        KeyKind::PoolList => Some(Kind::Hash(HashMerge::IfAbsent)),
+        // The node's own identity, claim and history: never copied (a copy would make the
+        // target look verified, claimed or logged when it is not).
+        KeyKind::Marker
+        | KeyKind::Cluster
+        | KeyKind::RepairClaim
+        | KeyKind::Marked
+        | KeyKind::UnitStamp
+        | KeyKind::UnitLog
+        | KeyKind::UnitEpoch => None,
+    }
+}
 
 /// The kind of state `key` holds, if it is state to copy.
 pub(crate) fn classify(key: &str) -> Option<Kind> {
-    KINDS
-        .iter()
-        .find(|(prefix, _)| key.starts_with(prefix))
-        .map(|(_, kind)| *kind)
+    KeyKind::of_key(key).and_then(rule)
 }
 
 /// A lease key's fence key (`rq:lock:x` -> `rq:fence:x`, `rq:glock:g` -> `rq:gfence:g`).
@@ -70,7 +82,12 @@ pub(super) fn fence_of(lease_key: &str) -> Option<String> {
 pub(crate) enum HashMerge {
     /// Each field raised to its highest value (completion records, acknowledgements).
     Max,
-    /// A field written where missing (membership beats).
+    /// As `Max`, for a pool's unit register: on the target, a removal below the pool's
+    /// collection floor is not written.
+    Units,
+    /// Membership beats: each raised to its highest sequence, `left` above any.
+    Beat,
+    /// A field written where missing (write-once unit lists).
     IfAbsent,
 }
 
@@ -78,7 +95,24 @@ impl HashMerge {
     pub(super) fn mode(self) -> &'static str {
         match self {
             HashMerge::Max => "max",
+            HashMerge::Units => "units",
+            HashMerge::Beat => "beat",
             HashMerge::IfAbsent => "absent",
+        }
+    }
+
+    /// Whether `new` should replace `old` in the merge of the sources (the scripts apply the
+    /// same rule on the target).
+    fn prefers(self, new: &str, old: &str) -> bool {
+        let num = |v: &str| v.parse::<u64>().ok();
+        match self {
+            HashMerge::Max | HashMerge::Units => num(new).unwrap_or(0) > num(old).unwrap_or(0),
+            HashMerge::Beat => match (new, old) {
+                (_, "left") => false,
+                ("left", _) => true,
+                _ => num(new).unwrap_or(0) > num(old).unwrap_or(0),
+            },
+            HashMerge::IfAbsent => false,
         }
     }
 }
@@ -173,18 +207,15 @@ pub(crate) fn plan(
             let Some(Kind::Hash(merge)) = classify(k) else {
                 continue;
             };
-            if server_clock_leases && merge == HashMerge::IfAbsent {
+            if server_clock_leases && merge == HashMerge::Beat {
                 continue;
             }
             let entry = hashes
                 .entry(k.clone())
                 .or_insert_with(|| (merge, BTreeMap::new()));
             for (f, v) in fields {
-                let keep = entry.1.get(f).is_some_and(|old| {
-                    merge == HashMerge::IfAbsent
-                        || old.parse::<u64>().unwrap_or(0) >= v.parse::<u64>().unwrap_or(0)
-                });
-                if !keep {
+                let take = entry.1.get(f).is_none_or(|old| merge.prefers(v, old));
+                if take {
                     entry.1.insert(f.clone(), v.clone());
                 }
             }
@@ -326,10 +357,7 @@ mod tests {
     #[test]
     fn only_state_keys_are_copied() {
         assert_eq!(classify("rq:id:orders"), Some(Kind::Register));
-        assert_eq!(
-            classify("rq:members:g"),
-            Some(Kind::Hash(HashMerge::IfAbsent))
-        );
+        assert_eq!(classify("rq:members:g"), Some(Kind::Hash(HashMerge::Beat)));
         for not_state in [
             "rq:marker",
             "rq:cluster",

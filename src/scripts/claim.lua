@@ -1,25 +1,51 @@
--- claim.lua: one repairer at a time per node. The claim expires on the node's clock: that
--- decides only who does the work (two concurrent repairs are safe, merely wasteful).
+-- claim.lua: one repairer at a time per node. The claim never expires on the node (no node
+-- clock decides anything): its value is `<nonce>:<count>`, the count raised by every refresh,
+-- and a claim left by a repairer that died is taken over by another repairer that watched it
+-- unchanged for the claim's lifetime on its own monotonic clock ("takeover"). The claim only
+-- decides who does the work: every write of a repair checks it atomically (raise.lua,
+-- restore.lua, view_write.lua, mark.lua), so a repairer that lost it writes nothing.
 --
 -- KEYS[1]  the claim key (rq:repairing).
--- ARGV[1]  "take" (take the claim, or keep one this repairer holds), "refresh" (only while
---          this repairer still holds it: a FLUSHALL during the copy removes it) or "release".
--- ARGV[2]  the repairer's nonce.
--- ARGV[3]  claim lifetime in ms, decimal integer.
+-- ARGV[1]  "take" (take a free claim, or keep one this repairer holds), "refresh" (only while
+--          this repairer still holds it: a FLUSHALL during the copy removes it), "takeover"
+--          (replace exactly the value ARGV[3]) or "release".
+-- ARGV[2]  the repairer's nonce (hex digits).
+-- ARGV[3]  for "takeover": the claim value the repairer watched unchanged.
 --
--- Returns  1  taken, refreshed or released; 0 another repairer holds it.
+-- Returns  1  taken, refreshed, taken over or released; otherwise the claim's current value
+--          (another repairer's, to watch), or 0 when there is none ("refresh": the claim was
+--          lost).
 local holder = redis.call('GET', KEYS[1])
+local mine = rq_claimed(KEYS[1], ARGV[2])
 if ARGV[1] == 'release' then
-  if holder == ARGV[2] then
+  if mine then
     redis.call('DEL', KEYS[1])
   end
   return 1
 end
-if holder and holder ~= ARGV[2] then
-  return 0
+if ARGV[1] == 'refresh' then
+  if not mine then
+    return holder or 0
+  end
+  local count = tonumber(string.match(holder, ':(%d+)$') or '0') or 0
+  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. string.format('%d', count + 1))
+  return 1
 end
-if ARGV[1] == 'refresh' and not holder then
-  return 0
+if ARGV[1] == 'take' then
+  if mine then
+    return 1
+  end
+  if holder then
+    return holder
+  end
+  redis.call('SET', KEYS[1], ARGV[2] .. ':0')
+  return 1
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', rq_arg(ARGV[3], 'claim ttl'))
-return 1
+if ARGV[1] == 'takeover' then
+  if holder ~= ARGV[3] then
+    return holder or 0
+  end
+  redis.call('SET', KEYS[1], ARGV[2] .. ':0')
+  return 1
+end
+return redis.error_reply('ERR rq claim: bad mode')

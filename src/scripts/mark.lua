@@ -14,7 +14,7 @@
 -- ARGV[3]  the repairer's claim nonce: the claim must hold it (it is then deleted).
 --
 -- Returns  1 marked; 0 the claim is gone or another's: nothing changed.
-if redis.call('GET', KEYS[3]) ~= ARGV[3] then
+if not rq_claimed(KEYS[3], ARGV[3]) then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[2])

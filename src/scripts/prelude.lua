@@ -34,3 +34,13 @@ local function rq_stored(v, what)
   end
   return n
 end
+-- rq_claimed(key, n) whether the repair claim at `key` is held by the repairer with nonce `n`
+--                    (the claim's value is the nonce, or the nonce, ':' and a count); "*" is
+--                    the TEST-ONLY unclaimed write.
+local function rq_claimed(key, n)
+  if n == '*' then
+    return true
+  end
+  local c = redis.call('GET', key)
+  return type(c) == 'string' and #n > 0 and (c == n or string.sub(c, 1, #n + 1) == n .. ':')
+end

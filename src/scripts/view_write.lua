@@ -11,21 +11,28 @@
 -- ARGV[4]  the token of the version the view was derived from (its base), decimal integer
 --          below ARGV[1]; or "-": the TEST-ONLY forkable register (set-if-greater, an equal
 --          token counts as held whatever its content).
--- ARGV[5]  expected marker, or "*" (test-only; and repair, which writes before marking).
+-- KEYS[3]  (repair only) the repair claim (rq:repairing).
+-- ARGV[5]  expected marker; or "claim:<nonce>" (repair, which writes before marking: the node
+--          must carry that repairer's claim in KEYS[3] instead); or "*" (test-only).
 --
 -- Returns  {1, previous}  stored (the node held the base or an older version), or already
 --                         held (equal token and digest): the node now holds exactly this view.
 --          {0, current}   the node holds a newer view, or another view derived from the same
 --                         base or a later one (current > base): nothing changed.
 --          {-2, current}  the node holds another view at this very version: a fork refused.
---          {-1, current}  marker missing or stale: the node may not vote.
+--          {-1, current}  marker missing or stale: the node may not vote (or, for a repair,
+--                         the claim is not the repairer's).
 --          An error reply for malformed arguments or a corrupted register.
 local token = rq_int(ARGV[1])
 if not token or token < 1 then
   return redis.error_reply('ERR rq view_write: bad token')
 end
 local current = rq_stored(redis.call('HGET', KEYS[1], 'token'), KEYS[1] .. ' token')
-if ARGV[5] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[5] then
+if string.sub(ARGV[5], 1, 6) == 'claim:' then
+  if not rq_claimed(KEYS[3], string.sub(ARGV[5], 7)) then
+    return {-1, current}
+  end
+elseif ARGV[5] ~= '*' and redis.call('GET', KEYS[2]) ~= ARGV[5] then
   return {-1, current}
 end
 if ARGV[4] == '-' then

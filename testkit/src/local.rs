@@ -156,6 +156,20 @@ impl LocalNodes {
         *node.child() = Some(child);
     }
 
+    /// FLUSHALL on node `i` without a restart: every key is gone (marker included), the run_id
+    /// stays. Returns false when the node did not take it (not running, or frozen past 2 s).
+    pub fn flushall(&self, i: usize) -> bool {
+        let Ok(client) = redis::Client::open(self.url(i)) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(std::time::Duration::from_secs(2))
+        else {
+            return false;
+        };
+        let _ = con.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        redis::cmd("FLUSHALL").query::<()>(&mut con).is_ok()
+    }
+
     /// Kill node `i`, delete its data (AOF and snapshot) and start it again empty on its port.
     pub fn wipe_and_restart(&self, i: usize) {
         self.kill(i);

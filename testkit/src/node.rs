@@ -333,6 +333,18 @@ impl TestNode {
         self.frozen.load(Ordering::SeqCst)
     }
 
+    /// FLUSHALL without a restart: the node loses every key (marker included) but keeps its
+    /// run_id, the one data loss a restart-based wipe never shows. Sent straight to the node
+    /// (not through the fault proxy), so it works while the node is cut off for clients.
+    pub async fn flushall(&self) {
+        let index = self.index;
+        let mut con = self.direct_connection().await;
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut con)
+            .await
+            .unwrap_or_else(|e| panic!("node {index}: FLUSHALL failed: {e}"));
+    }
+
     /// kill -9, delete everything in its data directory (AOF dir included), start again
     /// empty, wait ready.
     pub async fn wipe_and_restart(&self) {

@@ -1,0 +1,162 @@
+//! FLUSHALL without a restart, as a fault of the copies: a node that loses every key but keeps
+//! its run_id, in the middle of a node-list change or of a repair, and a repairer that lost its
+//! claim while it was paused.
+//!
+//! Each story runs with the protection on and off (a test-only switch), where the same story
+//! must show the violation, or the test has no teeth.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{config_from_urls, init_tracing};
+use redquorum::{Client, Config, CopyEvent, Error, IdGenerator};
+use redquorum_testkit::Cluster;
+
+/// FLUSHALL on the node at `url` (straight to the server).
+async fn flushall(url: String) {
+    let client = redis::Client::open(url).expect("a direct URL");
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a direct connection");
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut con)
+        .await
+        .expect("FLUSHALL");
+}
+
+/// The register `key` on node `i`, read directly (0 when absent).
+async fn register(cluster: &Cluster, i: usize, key: &str) -> u64 {
+    let mut con = cluster.node(i).direct_connection().await;
+    let v: Option<u64> = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut con)
+        .await
+        .expect("GET");
+    v.unwrap_or(0)
+}
+
+/// The lowest value of the register `key` that some majority of `nodes` shows at its highest:
+/// what a new process's first ID round could start from (this process's own high-water mark
+/// would hide it).
+async fn weakest_majority(cluster: &Cluster, nodes: &[usize], key: &str) -> u64 {
+    let mut values = Vec::new();
+    for &i in nodes {
+        values.push(register(cluster, i, key).await);
+    }
+    values.sort_unstable();
+    // The majority made of the lowest values: its highest is the (n/2+1)-th lowest.
+    values[nodes.len() / 2]
+}
+
+/// A config whose copies FLUSHALL the node at `victim` once, when the first copy starts
+/// (after its census: the sources are fixed).
+fn flush_when_the_copy_starts(config: Config, victim: String) -> Config {
+    let fired = Arc::new(AtomicBool::new(false));
+    config.with_copy_hook_for_tests(move |event| {
+        let (fired, victim) = (fired.clone(), victim.clone());
+        Box::pin(async move {
+            if event == CopyEvent::Started && !fired.swap(true, Ordering::SeqCst) {
+                flushall(victim).await;
+                println!("hook: the source was flushed as the copy started");
+            }
+        })
+    })
+}
+
+/// The traced hole H1: old list {A, B, C} -> new {A, B, D}. An ID round is accepted on A and C
+/// (B is cut off); C is cut off while the change seals, so the sources are {A, B}; A is
+/// flushed as the copy starts. Returns the old cluster's last ID and the lowest ID register
+/// some majority of the new list holds once a client of it has run (after the change is run
+/// again once C is back, if the first run refused).
+async fn change_with_a_source_flushed(blind: bool) -> (u64, u64) {
+    init_tracing();
+    let cluster = Cluster::start(4).await;
+    let all = cluster.urls();
+    let (a, b, c, d) = (&all[0], &all[1], &all[2], &all[3]);
+    let old_list = vec![a.clone(), b.clone(), c.clone()];
+    let new_list = vec![a.clone(), b.clone(), d.clone()];
+    let old = Client::connect(config_from_urls(&old_list).unwrap())
+        .await
+        .expect("the old cluster is set up on A, B, C");
+    let ids = IdGenerator::new(&old, "orders").unwrap();
+    ids.next_id().await.expect("a first ID on every node");
+
+    cluster.node(1).cut_off();
+    // Past B's register (which a spare block may have raised ahead of the IDs returned).
+    let stale_b = register(&cluster, 1, "rq:id:orders").await;
+    let mut last_old = 0;
+    while last_old <= stale_b {
+        last_old = *ids
+            .next_ids(1000)
+            .await
+            .expect("A and C accept the rounds")
+            .end();
+    }
+    cluster.node(1).heal();
+    println!("the old cluster returned up to {last_old}; B missed the rounds since {stale_b}");
+
+    let mut changer = config_from_urls(&old_list).unwrap();
+    changer = flush_when_the_copy_starts(changer, cluster.node(0).direct_url());
+    if blind {
+        changer = changer.with_blind_copy_reads_for_tests();
+    }
+    let changer = Client::connect(changer)
+        .await
+        .expect("the operator's client");
+    cluster.node(2).cut_off();
+    let first = changer
+        .change_cluster(config_from_urls(&new_list).unwrap())
+        .await;
+    println!("the change with C cut off and A flushed during the copy: {first:?}");
+    cluster.node(2).heal();
+    if !blind {
+        assert!(
+            matches!(first, Err(Error::Unfinished { .. })),
+            "a source flushed during the copy must stop the change, got {first:?}"
+        );
+        let again = changer
+            .change_cluster(config_from_urls(&new_list).unwrap())
+            .await
+            .expect("run again with C back, the change finishes from the sealed {B, C}");
+        println!("run again: {again:?}");
+    }
+    let new = Client::connect(config_from_urls(&new_list).unwrap())
+        .await
+        .expect("a client of the new list");
+    // Let the new list's client repair whatever it finds quarantined.
+    common::eventually(
+        Duration::from_secs(20),
+        "the new cluster answers",
+        || async { new.ping().await.is_ok() },
+    )
+    .await;
+    let floor = weakest_majority(&cluster, &[0, 1, 3], "rq:id:orders").await;
+    (last_old, floor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_flushed_during_a_node_list_change_stops_it_and_no_id_is_handed_out_twice() {
+    let (last_old, floor) = change_with_a_source_flushed(false).await;
+    assert!(
+        floor >= last_old,
+        "every majority of the new list must hold the old cluster's last ID {last_old}; one \
+         holds only {floor}, so a new process could hand it out again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_blind_copy_reads_a_source_flushed_during_a_change_makes_ids_go_back() {
+    let (last_old, floor) = change_with_a_source_flushed(true).await;
+    assert!(
+        floor < last_old,
+        "the blind copy read the flushed A as empty and the stale B, so some majority of the \
+         new list must hold less than the old cluster's last ID {last_old} (got {floor}); if \
+         not, this test has no teeth"
+    );
+}
