@@ -271,6 +271,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_kind_has_its_own_word_and_is_read_back_from_its_keys() {
+        let mut words: Vec<&str> = KeyKind::ALL.iter().map(|k| k.word()).collect();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), KeyKind::ALL.len(), "one word per kind");
+        for kind in KeyKind::ALL {
+            assert_eq!(KeyKind::of_key(&format!("rq:{}", kind.word())), Some(kind));
+            assert_eq!(
+                KeyKind::of_key(&format!("rq:{}:a:b", kind.word())),
+                Some(kind)
+            );
+        }
+        assert_eq!(KeyKind::of_key("rq:unknown:x"), None);
+        assert_eq!(KeyKind::of_key("user:key"), None);
+    }
+
+    #[test]
     fn every_floor_key_is_a_register_repair_copies_and_a_lock_has_one_bucket() {
         let all = all_floor_keys();
         assert_eq!(all.len(), 1 + FLOOR_BUCKETS as usize);

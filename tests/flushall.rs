@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config_from_urls, init_tracing};
-use redquorum::{Client, Config, CopyEvent, Error, IdGenerator};
+use redquorum::{Client, Config, CopyEvent, Error, IdGenerator, Units};
 use redquorum_testkit::Cluster;
 
 /// FLUSHALL on the node at `url` (straight to the server).
@@ -158,5 +158,101 @@ async fn with_blind_copy_reads_a_source_flushed_during_a_change_makes_ids_go_bac
         "the blind copy read the flushed A as empty and the stale B, so some majority of the \
          new list must hold less than the old cluster's last ID {last_old} (got {floor}); if \
          not, this test has no teeth"
+    );
+}
+
+/// The traced hole M1: a repairer pauses between reading a page and writing it; meanwhile its
+/// claim is taken over by another client, which repairs the node; a unit is removed and
+/// collected. Returns the units listed after the paused repairer resumed.
+async fn a_late_page_write(unclaimed: bool) -> std::collections::BTreeSet<String> {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let quick = |c: Config| c.with_operation_timeout(Duration::from_millis(500));
+    let producer = Client::connect(quick(config_from_urls(&urls).unwrap()))
+        .await
+        .expect("the producer's client");
+    let units = Units::new(&producer, "pool").unwrap();
+    units
+        .add(&["u".to_string(), "v".to_string()])
+        .await
+        .expect("two units");
+
+    // Node 2 loses every key but keeps its run_id.
+    cluster.node(2).flushall().await;
+
+    // R1 starts repairing it and pauses after reading its first page (u and v).
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let paused_tx = Arc::new(std::sync::Mutex::new(Some(paused_tx)));
+    let resume = Arc::new(tokio::sync::Notify::new());
+    let mut r1 = quick(config_from_urls(&urls).unwrap());
+    if unclaimed {
+        r1 = r1.with_unclaimed_copy_writes_for_tests();
+    }
+    let r1 = r1.with_copy_hook_for_tests({
+        let (paused_tx, resume) = (paused_tx.clone(), resume.clone());
+        move |event| {
+            let tx = (event == CopyEvent::PageRead)
+                .then(|| paused_tx.lock().unwrap().take())
+                .flatten();
+            let resume = resume.clone();
+            Box::pin(async move {
+                if let Some(tx) = tx {
+                    let _ = tx.send(());
+                    resume.notified().await;
+                }
+            })
+        }
+    });
+    let r1 = Client::connect(r1).await.expect("R1");
+    let _ = Units::new(&r1, "pool").unwrap().list().await;
+    tokio::time::timeout(Duration::from_secs(20), paused_rx)
+        .await
+        .expect("R1's repair reads a page within 20 s")
+        .expect("the hook reports the pause");
+    println!("R1 paused between its page read and its page write");
+
+    // R2 watches R1's claim unchanged for its lifetime, takes it over and repairs the node.
+    let r2 = Client::connect(quick(config_from_urls(&urls).unwrap()))
+        .await
+        .expect("R2");
+    common::wait_repaired(cluster.node(2), &r2).await;
+    println!("R2 repaired node 2");
+
+    // u is removed and collected on every node.
+    units.remove(&["u".to_string()]).await.expect("remove u");
+    common::eventually(Duration::from_secs(10), "u is collected", || async {
+        units.collect_removed().await.unwrap_or(0) == 1
+    })
+    .await;
+    assert_eq!(
+        units.list().await.expect("list"),
+        ["v".to_string()].into(),
+        "u removed and collected"
+    );
+
+    // R1 resumes with its old page.
+    resume.notify_one();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    units.list().await.expect("list")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repairer_that_lost_its_claim_writes_nothing_and_a_collected_unit_stays_gone() {
+    let listed = a_late_page_write(false).await;
+    assert_eq!(
+        listed,
+        ["v".to_string()].into(),
+        "the paused repairer's late page brought a collected unit back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_unclaimed_copy_writes_a_late_page_brings_a_collected_unit_back() {
+    let listed = a_late_page_write(true).await;
+    assert!(
+        listed.contains("u"),
+        "without the claim check the paused repairer's page must bring u back (listed \
+         {listed:?}); if not, this test has no teeth"
     );
 }

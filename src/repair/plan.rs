@@ -426,6 +426,44 @@ mod tests {
     }
 
     #[test]
+    fn a_beat_is_restored_at_its_highest_sequence_and_left_above_any() {
+        // Node a saw m1 at 3, b at 5 (a later beat that a did not get); m2 left, but b still
+        // shows its last sequence.
+        let a = holdings(&[], &[("m1", "3"), ("m2", "left")]);
+        let b = holdings(&[], &[("m1", "5"), ("m2", "7")]);
+        for order in [[&a, &b], [&b, &a]] {
+            let p = plan(&order, false, false);
+            let (merge, beats) = &p.hashes["rq:members:g"];
+            assert_eq!(*merge, HashMerge::Beat);
+            assert_eq!(
+                beats["m1"], "5",
+                "the highest beat whatever the sources' order: a beat never goes back"
+            );
+            assert_eq!(beats["m2"], "left", "left is above any sequence");
+        }
+    }
+
+    #[test]
+    fn every_key_kind_has_one_rule_and_the_nodes_own_keys_are_never_copied() {
+        for kind in KeyKind::ALL {
+            let key = format!("rq:{}:x", kind.word());
+            assert_eq!(
+                classify(&key),
+                rule(kind),
+                "{key} is classified by its kind's rule"
+            );
+        }
+        for own in [
+            KeyKind::Marker,
+            KeyKind::Cluster,
+            KeyKind::RepairClaim,
+            KeyKind::Marked,
+        ] {
+            assert_eq!(rule(own), None, "{own:?} describes the node itself");
+        }
+    }
+
+    #[test]
     fn the_highest_register_and_every_beat_are_planned() {
         let a = holdings(&[("rq:id:x", 5), ("rq:id:y", 9)], &[("m1", "3")]);
         let b = holdings(&[("rq:id:x", 7)], &[("m1", "2"), ("m2", "1")]);
