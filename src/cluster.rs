@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 /// [0, 1, 2] and {2, 3, 4} of [0..4] share no server, so both could accept conflicting
 /// values. So the cluster's node list is stored on every node as a *descriptor* (its node
 /// names and an id derived from them), and each node's marker names the descriptor's id
-/// beside its run_id (`<run_id>/<cluster id>`). Every voting script compares the marker with
-/// the one the client expects, atomically with its decision, so a node votes only for
-/// clients that adopted its cluster.
+/// beside its run_id (`<run_id>.<epoch>/<cluster id>`, a new epoch at every repair). Every
+/// voting script compares the marker with the one the client expects, atomically with its
+/// decision, so a node votes only for clients that adopted its cluster.
 ///
 /// A client adopts the descriptor its nodes hold (or writes one when it bootstraps a new
 /// cluster) and refuses to run when that descriptor lists another number of nodes, or when
@@ -124,18 +124,32 @@ impl Descriptor {
 /// [`crate::Client::change_cluster`]).
 pub(crate) const SEALED: &str = "#sealed:";
 
-/// The marker value of a node verified for cluster `cluster`: `<run_id>/<cluster id>`.
-pub(crate) fn marker_value(run_id: &str, cluster: &str) -> String {
-    format!("{run_id}/{cluster}")
+/// The marker value of a node verified for cluster `cluster` by the repair (or set-up) `epoch`:
+/// `<run_id>.<epoch>/<cluster id>` (`<run_id>/<cluster id>` without an epoch, as an older
+/// release wrote it). The epoch is new with every repair, so the marker names the node's
+/// incarnation: a node that lost its data without restarting (FLUSHALL keeps the run_id) and
+/// was repaired shows another marker, which restarts every watch of it (a watch is tied to the
+/// marker its replies came with) and refuses every request that expected the old one.
+pub(crate) fn marker_value(run_id: &str, epoch: Option<&str>, cluster: &str) -> String {
+    match epoch {
+        Some(e) => format!("{run_id}.{e}/{cluster}"),
+        None => format!("{run_id}/{cluster}"),
+    }
 }
 
-/// A marker's parts: the run_id it was written for and the cluster id (None in a marker
-/// written by an older release, which named the run_id only).
+/// A new marker epoch: 16 random hex digits.
+pub(crate) fn new_epoch() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// A marker's parts: the run_id it was written for (without its epoch) and the cluster id
+/// (None in a marker written by an older release, which named the run_id only).
 pub(crate) fn parse_marker(marker: &str) -> (&str, Option<&str>) {
-    match marker.split_once('/') {
+    let (run, cluster) = match marker.split_once('/') {
         Some((run, cluster)) => (run, Some(cluster)),
         None => (marker, None),
-    }
+    };
+    (run.split_once('.').map_or(run, |(r, _)| r), cluster)
 }
 
 /// Which cluster a client's nodes say they form.
@@ -440,7 +454,7 @@ mod tests {
     fn standing_follows_marker_run_id_and_cluster() {
         let d = Descriptor::new_cluster(&names(&["a", "b", "c"]));
         let adopted = Adoption::Adopted(d.clone());
-        let m = marker_value("run1", &d.id);
+        let m = marker_value("run1", None, &d.id);
         assert_eq!(standing(Some(&m), Some("run1"), &adopted), Standing::Member);
         assert!(matches!(
             standing(Some(&m), Some("run2"), &adopted),
@@ -463,7 +477,7 @@ mod tests {
                 ..
             }
         ));
-        let stranger = marker_value("run1", "00000000000000ff");
+        let stranger = marker_value("run1", None, "00000000000000ff");
         assert!(matches!(
             standing(Some(&stranger), Some("run1"), &adopted),
             Standing::Stranger(_)

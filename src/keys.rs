@@ -114,8 +114,23 @@ impl KeyKind {
     /// The kind of a key this crate wrote (`rq:<word>` or `rq:<word>:...`), if any.
     pub(crate) fn of_key(key: &str) -> Option<KeyKind> {
         let rest = key.strip_prefix(KEY_PREFIX)?;
-        let word = rest.split_once(':').map_or(rest, |(w, _)| w);
-        KeyKind::ALL.into_iter().find(|k| k.word() == word)
+        let (word, named) = rest
+            .split_once(':')
+            .map_or((rest, false), |(w, _)| (w, true));
+        // Only the fixed keys (and the older single fence floor) stand without a name.
+        let fixed = |k: &KeyKind| {
+            matches!(
+                k,
+                KeyKind::Marker
+                    | KeyKind::Cluster
+                    | KeyKind::RepairClaim
+                    | KeyKind::Marked
+                    | KeyKind::FenceFloor
+            )
+        };
+        KeyKind::ALL
+            .into_iter()
+            .find(|k| k.word() == word && (named || fixed(k)))
     }
 
     pub(crate) fn word(self) -> &'static str {
@@ -277,12 +292,18 @@ mod tests {
         words.dedup();
         assert_eq!(words.len(), KeyKind::ALL.len(), "one word per kind");
         for kind in KeyKind::ALL {
-            assert_eq!(KeyKind::of_key(&format!("rq:{}", kind.word())), Some(kind));
             assert_eq!(
                 KeyKind::of_key(&format!("rq:{}:a:b", kind.word())),
                 Some(kind)
             );
         }
+        assert_eq!(KeyKind::of_key("rq:marker"), Some(KeyKind::Marker));
+        assert_eq!(KeyKind::of_key("rq:floor"), Some(KeyKind::FenceFloor));
+        assert_eq!(
+            KeyKind::of_key("rq:units"),
+            None,
+            "a named kind without a name is no key of ours"
+        );
         assert_eq!(KeyKind::of_key("rq:unknown:x"), None);
         assert_eq!(KeyKind::of_key("user:key"), None);
     }

@@ -379,6 +379,11 @@ impl Node {
         self.resolver.is_none().then(|| self.client.clone())
     }
 
+    /// The marker the latest probe read.
+    pub(crate) fn probed_marker(&self) -> Option<String> {
+        self.state().probe.as_ref().and_then(|p| p.marker.clone())
+    }
+
     pub(crate) fn last_error(&self) -> Option<String> {
         self.state().last_error.clone()
     }

@@ -194,7 +194,7 @@ impl Client {
             self.maybe_reprobe(&node);
             let marker: Arc<str> = if self.inner.config.amnesia_protection {
                 let cluster_id = shared.cluster_id.as_deref().unwrap_or("");
-                cluster::marker_value(&lease.run_id, cluster_id).into()
+                expected_marker(node.probed_marker(), &lease.run_id, cluster_id).into()
             } else {
                 "*".into()
             };
@@ -332,5 +332,47 @@ async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<Node
             };
             decode(&nc.ctx, reply)
         }
+    }
+}
+
+/// The marker a node must hold to vote for this client: the one its latest probe read, when
+/// that names this connection's run_id and the client's cluster (it carries the epoch of the
+/// node's last repair, see [`cluster::marker_value`]); otherwise one without an epoch, which
+/// the node refuses unless an older release marked it (a refusal re-probes the node).
+fn expected_marker(probed: Option<String>, run_id: &str, cluster_id: &str) -> String {
+    match probed {
+        Some(m) if cluster::parse_marker(&m) == (run_id, Some(cluster_id)) => m,
+        _ => cluster::marker_value(run_id, None, cluster_id),
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::*;
+
+    #[test]
+    fn the_expected_marker_is_the_probed_one_only_for_this_run_and_cluster() {
+        let m = cluster::marker_value("r1", Some("e1"), "c1");
+        assert_eq!(
+            expected_marker(Some(m.clone()), "r1", "c1"),
+            m,
+            "with its epoch"
+        );
+        assert_eq!(
+            expected_marker(Some(m.clone()), "r2", "c1"),
+            "r2/c1",
+            "another run_id"
+        );
+        assert_eq!(
+            expected_marker(Some(m), "r1", "c2"),
+            "r1/c2",
+            "another cluster"
+        );
+        let sealed = format!(
+            "{}#sealed:c2",
+            cluster::marker_value("r1", Some("e1"), "c1")
+        );
+        assert_eq!(expected_marker(Some(sealed), "r1", "c1"), "r1/c1", "sealed");
+        assert_eq!(expected_marker(None, "r1", "c1"), "r1/c1", "unprobed");
     }
 }

@@ -12,6 +12,14 @@ use crate::config::{Config, ConfigError};
 use crate::error::{Error, NoQuorum};
 use crate::scripts::SEAL;
 
+/// The new list's nodes a change copies to (each under its claim), and how many are marked
+/// for the new cluster already (by an earlier run, or repaired since).
+struct Enlisted {
+    claims: BTreeMap<usize, RepairClaim>,
+    targets: BTreeMap<usize, Target>,
+    already: usize,
+}
+
 /// What a change of the node list did.
 #[derive(Clone, Debug)]
 pub struct ClusterChange {
@@ -74,12 +82,10 @@ impl Client {
         let settle = self.inner.config.node_timeout.max(to.node_timeout);
         let sources = self.seal_for(&from, &new, settle).await?;
         let target = Client::open(to, false).await?;
-        let (claims, targets) = target.enlist(&from, &new).await?;
+        let enlisted = target.enlist(&from, &new).await?;
         let sealed = sources.nodes.len();
-        let copied = self
-            .copy_and_mark(sources, &target, &claims, targets, &new)
-            .await;
-        for claim in claims.values() {
+        let copied = self.copy_and_mark(sources, &target, &enlisted, &new).await;
+        for claim in enlisted.claims.values() {
             claim.release().await;
         }
         let (copied, marked) = copied?;
@@ -128,14 +134,12 @@ impl Client {
     /// this cluster's lineage, never another cluster's, one per server), each carrying a
     /// claim during the copy, so one emptied meanwhile (FLUSHALL) is never marked and no
     /// repair runs on it at the same time.
-    async fn enlist(
-        &self,
-        from: &Descriptor,
-        new: &Descriptor,
-    ) -> Result<(BTreeMap<usize, RepairClaim>, BTreeMap<usize, Target>), Error> {
-        let targets = enlistable(&self.census().await, &from.id, &new.id);
+    async fn enlist(&self, from: &Descriptor, new: &Descriptor) -> Result<Enlisted, Error> {
+        let census = self.census().await;
+        let targets = enlistable(&census, &from.id, &new.id);
+        let already = marked_for(&census, &new.id);
         let needed_new = self.inner.majority.needed();
-        if targets.len() < needed_new {
+        if targets.len() + already < needed_new {
             return Err(Error::Unfinished {
                 op: "cluster.change",
                 reason: format!(
@@ -147,7 +151,11 @@ impl Client {
         }
         let mut claims: BTreeMap<usize, RepairClaim> = BTreeMap::new();
         for node in targets.keys() {
-            let claim = RepairClaim::new(self.clone(), *node);
+            let marker = census
+                .iter()
+                .find(|c| c.node == *node)
+                .and_then(|c| c.marker.as_deref());
+            let claim = RepairClaim::new(self.clone(), *node, marker);
             if claim.take().await {
                 claims.insert(*node, claim);
             }
@@ -156,7 +164,11 @@ impl Client {
             .into_iter()
             .filter_map(|(n, run)| Some((n, self.copy_target(&run, claims.get(&n)?))))
             .collect();
-        Ok((claims, targets))
+        Ok(Enlisted {
+            claims,
+            targets,
+            already,
+        })
     }
 
     /// Steps 3b and 4: copy from the sealed sources, then mark every target that took the
@@ -165,10 +177,15 @@ impl Client {
         &self,
         sources: Sources,
         target: &Client,
-        claims: &BTreeMap<usize, RepairClaim>,
-        targets: BTreeMap<usize, Target>,
+        enlisted: &Enlisted,
         new: &Descriptor,
     ) -> Result<(super::copy::Copied, usize), Error> {
+        let (claims, targets) = (&enlisted.claims, enlisted.targets.clone());
+        if enlisted.already >= target.inner.majority.needed() {
+            // A majority of the new list is marked already: the change is done; the others
+            // are repaired from it by its clients.
+            return Ok((super::copy::Copied::default(), enlisted.already));
+        }
         // A target whose claim is lost refuses the next page (every write checks the claim)
         // and is dropped; the copy goes on for the others.
         let refresh_all = || async {
@@ -186,7 +203,7 @@ impl Client {
                 op: "cluster.change",
                 reason: format!("the copy stopped: {why}; run the change again"),
             })?;
-        let mut marked = 0;
+        let mut marked = enlisted.already;
         for (node, t) in &copied.complete {
             let Some(claim) = claims.get(node) else {
                 continue;
@@ -195,7 +212,7 @@ impl Client {
             let mark = Arc::new(Mark {
                 run_id: run.clone(),
                 descriptor: new.encode(),
-                marker: cluster::marker_value(run, &new.id),
+                marker: cluster::marker_value(run, Some(&claim.epoch()), &new.id),
                 claim: claim.nonce.clone(),
             });
             marked += target.mark(Targets::Only(*node), mark).await.len();
@@ -212,6 +229,21 @@ impl Client {
         }
         Ok((copied, marked))
     }
+}
+
+/// How many nodes are marked for cluster `new` at their current run_id (one per server).
+fn marked_for(census: &[Census], new: &str) -> usize {
+    let mut seen = HashSet::new();
+    census
+        .iter()
+        .filter(|c| {
+            c.marker
+                .as_deref()
+                .map(cluster::parse_marker)
+                .is_some_and(|(run, cl)| run == c.run_id && cl == Some(new))
+        })
+        .filter(|c| seen.insert(c.run_id.clone()))
+        .count()
 }
 
 /// `seal.lua` on one old node: its marker (compared atomically) becomes
@@ -243,13 +275,16 @@ fn sealed_sources(census: &[Census], from: &str, new: &str) -> Vec<usize> {
 }
 
 /// The new list's nodes a change from `from` to `new` may copy to, with their run_ids: blank
-/// ones, or ones of this lineage (old, new, or sealed for this very change), one per server.
+/// ones, or ones of the old cluster (verified or sealed for this very change), one per server.
 fn enlistable(census: &[Census], from: &str, new: &str) -> BTreeMap<usize, String> {
     let lineage = |marker: Option<&str>| match marker.map(cluster::parse_marker) {
         None => true,
         Some((_, Some(c))) => match c.split_once(cluster::SEALED) {
             Some((old, successor)) => old == from && successor == new,
-            None => c == from || c == new,
+            // A node already marked for the new cluster is not copied onto again (its state may
+            // have moved on since: a unit collected there must not come back from the frozen
+            // old cluster); it counts as marked.
+            None => c == from,
         },
         Some((_, None)) => false,
     };
@@ -303,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn targets_are_blank_or_of_this_lineage_never_another_clusters() {
+    fn targets_are_blank_or_of_the_old_cluster_never_another_clusters() {
         let c = [
             census(0, "a", None),
             census(1, "b", Some("b/old")),
@@ -314,6 +349,11 @@ mod tests {
             census(6, "a", None),
         ];
         let got: Vec<usize> = enlistable(&c, "old", "new").into_keys().collect();
-        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert_eq!(
+            got,
+            vec![0, 1, 3],
+            "node 2, already marked for new, is not copied onto"
+        );
+        assert_eq!(marked_for(&c, "new"), 1);
     }
 }

@@ -22,6 +22,8 @@ enum Answer {
     Done,
     /// Another repairer's claim (its value), or none ("").
     Other(String),
+    /// The node's marker is not the one the census found (another repair marked it).
+    Marked,
 }
 
 /// A repair's claim on the node it repairs: one repairer at a time.
@@ -29,34 +31,49 @@ pub(crate) struct RepairClaim {
     client: Client,
     node: usize,
     pub(crate) nonce: String,
+    /// The marker the census found on the node (None: no marker).
+    census_marker: String,
 }
 
 impl RepairClaim {
-    pub(crate) fn new(client: Client, node: usize) -> Self {
+    /// A claim on `node`, to be taken only while the node holds `census_marker` (what the
+    /// repairer's census found there; None: no marker).
+    pub(crate) fn new(client: Client, node: usize, census_marker: Option<&str>) -> Self {
         RepairClaim {
             client,
             node,
             nonce: format!("{:032x}", rand::random::<u128>()),
+            census_marker: census_marker.unwrap_or("").to_string(),
         }
     }
 
-    /// How long a claim may go without a refresh before another repairer may take it over
-    /// (its holder refreshes after every page, and a page takes at most a few operation
-    /// timeouts).
+    /// The marker epoch of the repair this claim is for (see [`crate::cluster::marker_value`]).
+    pub(crate) fn epoch(&self) -> String {
+        self.nonce.chars().take(16).collect()
+    }
+
+    /// How long a claim may go without a refresh before another repairer may take it over:
+    /// its holder refreshes after every page, and a page takes at most a scan, four reads (three
+    /// node timeouts apart when the sources disagree on a lease) and a write, each within an
+    /// operation timeout.
     pub(crate) fn lifetime(&self) -> Duration {
-        self.client.inner.config.operation_timeout * 4
+        let c = &self.client.inner.config;
+        c.operation_timeout * 8 + c.node_timeout * 4
     }
 
     async fn run(&self, mode: &'static str, watched: &str) -> Option<Answer> {
         // No marker check: the claim guards a node that is being repaired.
         let step = script_call(&CLAIM, Guard::None("a claim on a node under repair"))
             .key(fixed_key(KeyKind::RepairClaim))
+            .key(fixed_key(KeyKind::Marker))
             .arg(mode)
             .arg(&self.nonce)
             .arg(watched)
+            .arg(&self.census_marker)
             .decode(|_, v| {
                 Ok(match v {
                     redis::Value::Int(1) => crate::quorum::NodeOutcome::Applied(Answer::Done),
+                    redis::Value::Int(-2) => crate::quorum::NodeOutcome::Applied(Answer::Marked),
                     redis::Value::Int(_) => {
                         crate::quorum::NodeOutcome::Applied(Answer::Other(String::new()))
                     }
@@ -79,7 +96,8 @@ impl RepairClaim {
 
     /// Take the claim: at once if it is free; otherwise watch the holder's claim and take it
     /// over once it stayed unchanged for its lifetime plus drift on this client's monotonic
-    /// clock. False when the node does not answer or the holder is alive (its claim changed).
+    /// clock. False when the node does not answer, the holder is alive (its claim changed or
+    /// went away: it may have finished), or the node's marker is no longer the census's.
     pub(crate) async fn take(&self) -> bool {
         let watched = match self.try_take().await {
             Some(Answer::Done) => return true,
@@ -95,9 +113,12 @@ impl RepairClaim {
             }
             tokio::time::sleep(left.min(self.lifetime() / 8 + Duration::from_millis(1))).await;
             match self.try_take().await {
+                // Released by a repair that did not finish: the node still holds what the
+                // census found (checked in the same script call).
                 Some(Answer::Done) => return true,
                 Some(Answer::Other(v)) if v == watched => {}
-                // Refreshed (the holder is alive), or the node stopped answering.
+                // Refreshed (the holder is alive), released or taken by a finished repair
+                // (the next attempt probes the node again), or the node stopped answering.
                 _ => return false,
             }
         }
@@ -112,7 +133,7 @@ impl RepairClaim {
                  finished)"
                     .into(),
             ),
-            Some(Answer::Other(_)) => {
+            Some(Answer::Other(_)) | Some(Answer::Marked) => {
                 Err("the repair claim was taken over by another client".into())
             }
             None => Err("the node did not answer a claim refresh".into()),

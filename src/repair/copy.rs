@@ -48,6 +48,10 @@ use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 pub(crate) use super::plan::classify;
 use super::plan::{fence_of, lease_token, plan, HashMerge, Holdings, Kind, Plan, BLOCKER_HOLDER};
 
+/// Why a source is dropped from a copy.
+const CHANGED: &str = "lost its data, restarted or was repaired during the copy";
+const SILENT: &str = "stopped answering during the copy";
+
 /// Keys per SCAN page.
 const PAGE: usize = 1000;
 
@@ -82,20 +86,23 @@ impl Sources {
         self.nodes.keys().copied().collect()
     }
 
-    /// Drop `node`, which changed under the copy. An error when too few sources are left.
-    fn drop_changed(&mut self, node: usize) -> Result<(), String> {
+    /// Drop `node`, which changed under the copy (or stopped answering: what it would have
+    /// shown can no longer be read behind its incarnation). The argument needs only the sources
+    /// that answered every read unchanged; an error when too few of them are left.
+    fn drop_changed(&mut self, node: usize, why: &str) -> Result<(), String> {
         if self.nodes.remove(&node).is_some() {
             tracing::warn!(
                 node,
+                why,
                 left = self.nodes.len(),
                 needed = self.needed,
-                "a source of a copy lost its data or was repaired during the copy: dropped"
+                "a source of a copy dropped"
             );
         }
         if self.nodes.len() < self.needed {
             return Err(format!(
-                "source node{node} lost its data or was repaired during the copy, and only {} \
-                 unchanged source(s) are left ({} are needed)",
+                "source node{node} {why}, and only {} unchanged source(s) are left ({} are \
+                 needed)",
                 self.nodes.len(),
                 self.needed
             ));
@@ -374,9 +381,16 @@ impl Client {
                 if !sources.nodes.contains_key(&source) {
                     break;
                 }
-                let Some((next, keys)) = self.scan_page(&sources, source, cursor).await? else {
-                    sources.drop_changed(source)?;
-                    break;
+                let (next, keys) = match self.scan_page(&sources, source, cursor).await {
+                    Ok(Some(page)) => page,
+                    Ok(None) => {
+                        sources.drop_changed(source, CHANGED)?;
+                        break;
+                    }
+                    Err(why) => {
+                        sources.drop_changed(source, &why)?;
+                        break;
+                    }
                 };
                 if !keys.is_empty() {
                     self.copy_page(&mut sources, target, keys, &mut copied)
@@ -442,12 +456,8 @@ impl Client {
         for node in sources.list() {
             match same.get(&node) {
                 Some(true) => {}
-                Some(false) => sources.drop_changed(node)?,
-                None => {
-                    return Err(format!(
-                        "source node{node} stopped answering during the copy"
-                    ))
-                }
+                Some(false) => sources.drop_changed(node, CHANGED)?,
+                None => sources.drop_changed(node, SILENT)?,
             }
         }
         Ok(())
@@ -492,9 +502,7 @@ impl Client {
             .within(self.inner.config.operation_timeout);
         let tally = self.send(request, scan).await;
         let Some(page) = tally.replies().next().map(|(_, r)| r.clone()) else {
-            return Err(format!(
-                "source node{source} stopped answering during the copy"
-            ));
+            return Err(SILENT.into());
         };
         Ok(page.map(|(next, keys)| {
             (
@@ -546,13 +554,11 @@ impl Client {
                     Behind::Same(h) => {
                         read.insert(id.0, h.clone());
                     }
-                    Behind::Changed => sources.drop_changed(id.0)?,
+                    Behind::Changed => sources.drop_changed(id.0, CHANGED)?,
                 }
             }
-            if let Some(missing) = sources.list().into_iter().find(|s| !read.contains_key(s)) {
-                return Err(format!(
-                    "source node{missing} stopped answering during the copy"
-                ));
+            for missing in sources.list().into_iter().filter(|s| !read.contains_key(s)) {
+                sources.drop_changed(missing, SILENT)?;
             }
             let plan = plan(
                 &read.values().collect::<Vec<_>>(),

@@ -5,17 +5,21 @@
 //! with B, and {B, D, E} could accept it again. So every node carries a marker (`rq:marker`)
 //! holding the run_id of the incarnation that was last verified to hold every value a
 //! majority accepted, and the id of its cluster (see [`crate::cluster`]). The scripts refuse
-//! to vote unless the marker equals `<run_id>/<cluster id>` as the client expects it; the
+//! to vote unless the marker equals `<run_id>.<epoch>/<cluster id>` as the client expects it; the
 //! client quarantines a node whose marker is missing or names another run_id (it lost data, or
 //! restarted since it was verified).
 //!
-//! One client at a time repairs a node (a claim key on the node; it expires on the node's
-//! clock, which decides only who does the work: two concurrent repairs are safe, merely
-//! wasteful). Repair first waits one node timeout, then copies, page by page
-//! ([`copy`]), what a majority of the *other* marked nodes hold: every monotonic register (ID
-//! sequences, lock fences, group views) raised to the largest value read, and what the node
-//! lacks of lease keys, completion records, acknowledgements and membership beats; then it
-//! writes the descriptor and the marker. Why that is
+//! One client at a time repairs a node (a claim key on the node, [`claim`]: it expires on no
+//! node's clock; another repairer takes a silent claim over after watching it unchanged for its
+//! lifetime on its own monotonic clock; it decides only who does the work, as every write of
+//! the copy and the final mark check it atomically, so a repairer that lost it writes nothing).
+//! Repair first waits one node timeout, then copies, page by page ([`copy`]), what a majority
+//! of the *other* marked nodes hold, every read behind the incarnation the census found for its
+//! source (so a source flushed mid-copy is dropped, never read as empty): every monotonic
+//! register (ID sequences, lock fences, group views) raised to the largest value read, and
+//! what the node lacks of lease keys, completion records, acknowledgements, and membership
+//! beats at their highest sequence; then it writes the descriptor and the marker, with a new
+//! epoch (so the marker never repeats on a node that lost its data). Why that is
 //! enough: any set M that accepted a value is a majority; M minus the repaired node has
 //! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
 //! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
@@ -214,7 +218,12 @@ impl Client {
         match plan {
             decide::Plan::Copy { sources, cluster } => {
                 let sources = sources_of(&census, &sources, inner.majority.needed());
-                self.write_repair(i, sources, &cluster, &run_id).await
+                let Some(found) = census.iter().find(|c| c.node == i) else {
+                    return RepairOutcome::Deferred("the node did not answer the census".into());
+                };
+                let claim = RepairClaim::new(self.clone(), i, found.marker.as_deref());
+                self.write_repair(i, sources, &cluster, &run_id, claim)
+                    .await
             }
             decide::Plan::Bootstrap(descriptor) => self.bootstrap(&descriptor).await,
             decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
@@ -258,8 +267,8 @@ impl Client {
         sources: copy::Sources,
         d: &Descriptor,
         run_id: &str,
+        claim: RepairClaim,
     ) -> RepairOutcome {
-        let claim = RepairClaim::new(self.clone(), i);
         if !claim.take().await {
             return RepairOutcome::Deferred("another client is repairing this node".into());
         }
@@ -278,7 +287,7 @@ impl Client {
                 let mark = Arc::new(Mark {
                     run_id: run_id.to_string(),
                     descriptor: d.encode(),
-                    marker: cluster::marker_value(run_id, &d.id),
+                    marker: cluster::marker_value(run_id, Some(&claim.epoch()), &d.id),
                     claim: claim.nonce.clone(),
                 });
                 if self.mark(Targets::Only(i), mark).await.contains(&i) {
@@ -348,7 +357,11 @@ impl Client {
             let call = script_call(&CLUSTER_INIT, Guard::None("writes only an unmarked node"))
                 .marker_key()
                 .key(fixed_key(KeyKind::Cluster))
-                .arg(cluster::marker_value(&ctx.run_id, &id))
+                .arg(cluster::marker_value(
+                    &ctx.run_id,
+                    Some(&cluster::new_epoch()),
+                    &id,
+                ))
                 .arg(&descriptor);
             Some(call.decode(|_, v| decode::one_applied(v)))
         });

@@ -6,15 +6,19 @@
 -- restore.lua, view_write.lua, mark.lua), so a repairer that lost it writes nothing.
 --
 -- KEYS[1]  the claim key (rq:repairing).
+-- KEYS[2]  the node marker (rq:marker).
 -- ARGV[1]  "take" (take a free claim, or keep one this repairer holds), "refresh" (only while
 --          this repairer still holds it: a FLUSHALL during the copy removes it), "takeover"
 --          (replace exactly the value ARGV[3]) or "release".
 -- ARGV[2]  the repairer's nonce (hex digits).
 -- ARGV[3]  for "takeover": the claim value the repairer watched unchanged.
+-- ARGV[4]  for "take" and "takeover": the marker the repairer's census found on the node ("":
+--          none). A claim is taken only while the node still holds exactly that: a node marked
+--          since (another repair finished) is not copied onto with an older census.
 --
--- Returns  1  taken, refreshed, taken over or released; otherwise the claim's current value
---          (another repairer's, to watch), or 0 when there is none ("refresh": the claim was
---          lost).
+-- Returns  1  taken, refreshed, taken over or released; -2 the node's marker is not the one
+--          expected (nothing changed); otherwise the claim's current value (another
+--          repairer's, to watch), or 0 when there is none ("refresh": the claim was lost).
 local holder = redis.call('GET', KEYS[1])
 local mine = rq_claimed(KEYS[1], ARGV[2])
 if ARGV[1] == 'release' then
@@ -30,6 +34,9 @@ if ARGV[1] == 'refresh' then
   local count = tonumber(string.match(holder, ':(%d+)$') or '0') or 0
   redis.call('SET', KEYS[1], ARGV[2] .. ':' .. string.format('%d', count + 1))
   return 1
+end
+if (ARGV[1] == 'take' or ARGV[1] == 'takeover') and (redis.call('GET', KEYS[2]) or '') ~= ARGV[4] then
+  return -2
 end
 if ARGV[1] == 'take' then
   if mine then

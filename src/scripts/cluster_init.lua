@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  the node marker (rq:marker).
 -- KEYS[2]  the cluster descriptor (rq:cluster), see src/cluster.rs.
--- ARGV[1]  the marker to write: "<run_id>/<cluster id>".
+-- ARGV[1]  the marker to write: "<run_id>.<epoch>/<cluster id>" (a new epoch).
 -- ARGV[2]  the cluster descriptor (JSON).
 --
 -- Returns  1  marked: the node now holds ARGV[1] and ARGV[2].

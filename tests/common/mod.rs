@@ -209,8 +209,9 @@ pub async fn wait_repaired(node: &redquorum_testkit::TestNode, trigger: &Client)
             .query_async(&mut con)
             .await
             .expect("GET marker");
-        // The marker is "<run_id>/<cluster id>".
-        if marker.is_some_and(|m| m.split('/').next() == Some(id.as_str())) {
+        // The marker is "<run_id>.<epoch>/<cluster id>".
+        let run = |m: &str| m.split(['/', '.']).next().map(str::to_string);
+        if marker.is_some_and(|m| run(&m).as_deref() == Some(id.as_str())) {
             return;
         }
         assert!(
