@@ -233,17 +233,24 @@ impl Client {
 
 /// How many nodes are marked for cluster `new` at their current run_id (one per server).
 fn marked_for(census: &[Census], new: &str) -> usize {
+    marked_as(census, |run, c, cl| run == c.run_id && cl == Some(new)).count()
+}
+
+/// The census's nodes whose marker (run part, cluster part) passes `keep`, one per server.
+fn marked_as<'a>(
+    census: &'a [Census],
+    keep: impl Fn(&str, &Census, Option<&str>) -> bool + 'a,
+) -> impl Iterator<Item = &'a Census> + 'a {
     let mut seen = HashSet::new();
     census
         .iter()
-        .filter(|c| {
+        .filter(move |c| {
             c.marker
                 .as_deref()
                 .map(cluster::parse_marker)
-                .is_some_and(|(run, cl)| run == c.run_id && cl == Some(new))
+                .is_some_and(|(run, cl)| keep(run, c, cl))
         })
-        .filter(|c| seen.insert(c.run_id.clone()))
-        .count()
+        .filter(move |c| seen.insert(c.run_id.clone()))
 }
 
 /// `seal.lua` on one old node: its marker (compared atomically) becomes
@@ -260,16 +267,7 @@ fn seal_step(ctx: &crate::client::NodeCtx, new_id: &str) -> crate::client::Step<
 /// The old nodes sealed for the successor `new` of cluster `from` (one per server).
 fn sealed_sources(census: &[Census], from: &str, new: &str) -> Vec<usize> {
     let sealed_cluster = format!("{from}{}{new}", cluster::SEALED);
-    let mut seen = HashSet::new();
-    census
-        .iter()
-        .filter(|c| {
-            c.marker
-                .as_deref()
-                .map(cluster::parse_marker)
-                .is_some_and(|(_, cl)| cl == Some(sealed_cluster.as_str()))
-        })
-        .filter(|c| seen.insert(c.run_id.clone()))
+    marked_as(census, |_, _, cl| cl == Some(sealed_cluster.as_str()))
         .map(|c| c.node)
         .collect()
 }
