@@ -247,6 +247,56 @@ pub(crate) fn adopt(
     Adoption::Adopted(newest.clone())
 }
 
+/// Where a change of the node list, asked by a client of the list `ours` to move to the list
+/// `to`, starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A new change: the adopted cluster (which lists exactly `ours`) and its successor.
+    Fresh(Descriptor, Descriptor),
+    /// A change to this very list is under way or done (some node holds the successor's
+    /// descriptor): it resumes from the cluster it started from, whatever the nodes'
+    /// adoption says now (a partly marked change makes the old list's client adopt the
+    /// successor, or refuse it for its node count).
+    Resumed(Descriptor, Descriptor),
+    /// No change can start from this client; the reason names the lists.
+    Refused(String),
+    /// These nodes hold no cluster yet.
+    Unknown,
+}
+
+/// Decide where a change from a client of `ours` (whose nodes hold `seen`, adopted as
+/// `adoption`) to the list `to` starts. Re-running an interrupted change with the same two
+/// lists always finds the same two clusters (the successor's id is derived from the old id and
+/// the new list), so it finishes the change rather than sealing for a second, bogus successor.
+pub(crate) fn change_origin(
+    ours: &[String],
+    seen: &[Result<Descriptor, String>],
+    adoption: &Adoption,
+    to: &[String],
+) -> Origin {
+    let ours = Descriptor::new_cluster(ours).nodes;
+    let known: Vec<&Descriptor> = seen.iter().flatten().collect();
+    for d in known.iter().filter(|d| d.nodes == ours) {
+        let next = d.succeeding(to);
+        if known.iter().any(|k| k.id == next.id) {
+            return Origin::Resumed((*d).clone(), next);
+        }
+    }
+    match adoption {
+        Adoption::Adopted(d) if d.nodes == ours => Origin::Fresh(d.clone(), d.succeeding(to)),
+        Adoption::Adopted(d) => Origin::Refused(format!(
+            "this client lists {} nodes [{}], but these nodes form cluster {} ({}): run the \
+             change with the cluster's own list",
+            ours.len(),
+            ours.join(", "),
+            d.id,
+            d.describe()
+        )),
+        Adoption::Refused(why) => Origin::Refused(why.clone()),
+        Adoption::Unknown => Origin::Unknown,
+    }
+}
+
 /// Whether `newer` replaced `older` through a chain of predecessors among `known`.
 fn supersedes(newer: &Descriptor, older: &Descriptor, known: &[&Descriptor]) -> bool {
     let mut cur = newer;
@@ -447,6 +497,45 @@ mod tests {
                 true
             ),
             Adoption::Adopted(old)
+        );
+    }
+
+    #[test]
+    fn a_rerun_change_resumes_from_the_cluster_it_started_from() {
+        let three = names(&["a", "b", "c"]);
+        let swap = names(&["a", "b", "d"]);
+        let five = names(&["a", "b", "c", "d", "e"]);
+        let old = Descriptor::new_cluster(&three);
+        let seen = vec![Ok(old.clone()), Ok(old.clone()), Ok(old.clone())];
+        let adopted = adopt(&three, &seen, true);
+        assert_eq!(
+            change_origin(&three, &seen, &adopted, &swap),
+            Origin::Fresh(old.clone(), old.succeeding(&swap))
+        );
+        // Interrupted after marking one overlapping node: the old list's client now adopts
+        // the successor (same count) or is refused (another count); both resume.
+        for to in [&swap, &five] {
+            let next = old.succeeding(to);
+            let seen = vec![Ok(next.clone()), Ok(old.clone()), Ok(old.clone())];
+            let adopted = adopt(&three, &seen, true);
+            assert_eq!(
+                change_origin(&three, &seen, &adopted, to),
+                Origin::Resumed(old.clone(), next.clone()),
+                "adopted {adopted:?}"
+            );
+        }
+        // A second change to another list from the old list is refused: the nodes form the
+        // successor's cluster, which does not list this client's nodes.
+        let next = old.succeeding(&swap);
+        let seen = vec![Ok(next.clone()), Ok(next.clone()), Ok(old.clone())];
+        let adopted = adopt(&three, &seen, true);
+        assert!(matches!(
+            change_origin(&three, &seen, &adopted, &names(&["a", "b", "e"])),
+            Origin::Refused(_)
+        ));
+        assert_eq!(
+            change_origin(&three, &[], &Adoption::Unknown, &swap),
+            Origin::Unknown
         );
     }
 

@@ -62,6 +62,12 @@ struct Cli {
     #[arg(long, global = true, value_parser = parse_duration)]
     node_timeout: Option<Duration>,
 
+    /// Deadline for one whole operation, retries included, like 5s (the default; at least
+    /// --node-timeout). An interrupted `cluster change` or repair leaves a claim that the next
+    /// run takes over after watching it for 8 operation timeouts plus 4 node timeouts.
+    #[arg(long, global = true, value_parser = parse_duration)]
+    operation_timeout: Option<Duration>,
+
     /// Development only: let nodes that fail safety checks vote.
     #[arg(long, global = true)]
     permissive: bool,
@@ -288,11 +294,20 @@ enum ClusterCommand {
     Show,
     /// Change the cluster's node list (add, remove or replace nodes) from the current list
     /// (--nodes) to TO: seals the old cluster, copies every value to the new nodes, marks them.
-    /// Clients with the old list are refused from then on; restart them with the new list.
+    /// Clients with the old list are refused from then on (in a swap, with as many nodes, they
+    /// work in the new cluster through the nodes both lists name); restart them with the new list.
+    /// An interrupted change (killed, a node down) is finished by running the same command
+    /// again; once done, running it again changes nothing.
     Change {
         /// The new comma-separated node list.
         #[arg(long)]
         to: String,
+        /// TEST ONLY (builds with the test-util feature): abort the process (as a kill would)
+        /// at this point of the change: sealed, started (the copy), page (one page read),
+        /// marked (one new node marked).
+        #[cfg(feature = "test-util")]
+        #[arg(long, hide = true, value_name = "PHASE")]
+        abort_at_for_tests: Option<String>,
     },
 }
 
@@ -740,6 +755,9 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
         let operation = config.operation_timeout().max(t);
         config = config.with_operation_timeout(operation);
     }
+    if let Some(t) = cli.operation_timeout {
+        config = config.with_operation_timeout(t);
+    }
     if cli.permissive {
         config = config.with_safety(SafetyMode::Permissive);
     }
@@ -769,8 +787,61 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
                 humantime::format_duration(max)
             ),
         ),
+        ConfigError::DurationOutOfRange {
+            name: "operation_timeout",
+            value,
+            min,
+            max,
+        } => setting_error(
+            "--operation-timeout",
+            format!(
+                "{} is outside the allowed range {}..={}",
+                humantime::format_duration(value),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+        ),
         other => other.into(),
     })?;
+    if let Command::Cluster(ClusterCommand::Change { to, .. }) = &cli.command {
+        // Not through `connect`: while a change is under way the old list is refused, and
+        // running the change again is how it is finished.
+        let mut target = with_tls(&tls, Config::from_list(to)?)?
+            .with_node_timeout(config.node_timeout())
+            .with_connect_timeout(config.connect_timeout())
+            .with_operation_timeout(config.operation_timeout());
+        target = target.with_fsync_always_attested(cli.attest_fsync_always);
+        #[cfg(feature = "test-util")]
+        if let Command::Cluster(ClusterCommand::Change {
+            abort_at_for_tests: Some(phase),
+            ..
+        }) = &cli.command
+        {
+            config = abort_change_at(config, phase)?;
+        }
+        let change = Client::change_node_list(config, target).await?;
+        if change.done_before {
+            println!(
+                "cluster {} ({}) was already replaced by cluster {} ({}): {} new nodes marked, nothing to do",
+                change.from.id,
+                change.from.describe(),
+                change.to.id,
+                change.to.describe(),
+                change.marked
+            );
+        } else {
+            println!(
+                "cluster {} ({}) replaced by cluster {} ({}): {} old nodes sealed, {} new nodes marked",
+                change.from.id,
+                change.from.describe(),
+                change.to.id,
+                change.to.describe(),
+                change.sealed,
+                change.marked
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let client = Client::connect(config.clone()).await?;
     match cli.command {
         Command::Cluster(ClusterCommand::Show) => match client.cluster() {
@@ -789,23 +860,8 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
                 Ok(ExitCode::from(1))
             }
         },
-        Command::Cluster(ClusterCommand::Change { to }) => {
-            let mut target = with_tls(&tls, Config::from_list(&to)?)?
-                .with_node_timeout(config.node_timeout())
-                .with_connect_timeout(config.connect_timeout());
-            target = target.with_fsync_always_attested(cli.attest_fsync_always);
-            let change = client.change_cluster(target).await?;
-            println!(
-                "cluster {} ({}) replaced by cluster {} ({}): {} old nodes sealed, {} new nodes marked",
-                change.from.id,
-                change.from.describe(),
-                change.to.id,
-                change.to.describe(),
-                change.sealed,
-                change.marked
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        // Handled before connecting, above.
+        Command::Cluster(ClusterCommand::Change { .. }) => Ok(ExitCode::SUCCESS),
         Command::Check { feature } => {
             let features = features(&feature)?;
             Ok(match format {
@@ -1261,4 +1317,30 @@ async fn index_watch(
     }
     member.leave().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// TEST ONLY: a copy hook that aborts the process at `phase` of a node-list change, as a kill
+/// would (no cleanup, no claim released).
+#[cfg(feature = "test-util")]
+fn abort_change_at(config: Config, phase: &str) -> Result<Config, Failure> {
+    use redquorum::CopyEvent;
+    let at = match phase {
+        "sealed" => CopyEvent::Sealed,
+        "started" => CopyEvent::Started,
+        "page" => CopyEvent::PageRead,
+        "marked" => CopyEvent::Marked,
+        other => {
+            return Err(setting_error(
+                "--abort-at-for-tests",
+                format!("unknown phase {other:?}"),
+            ))
+        }
+    };
+    Ok(config.with_copy_hook_for_tests(move |event| {
+        if event == at {
+            eprintln!("redquorum: TEST: aborting at {event:?}");
+            std::process::abort();
+        }
+        Box::pin(async {})
+    }))
 }

@@ -669,6 +669,76 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
     );
 }
 
+/// An operator's `cluster change` killed at each point of its procedure (the process aborts,
+/// as `kill -9` would: no claim released) is finished by running the same command again; the
+/// new cluster then follows the old one's IDs, the old list is refused, and a third run says
+/// there is nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_change_is_finished_by_running_it_again() {
+    for phase in ["sealed", "started", "page", "marked"] {
+        let cluster = Cluster::start(4).await;
+        let all = cluster.urls();
+        let old = all[..3].join(",");
+        // Node 2 is swapped for node 3.
+        let new = [all[0].as_str(), all[1].as_str(), all[3].as_str()].join(",");
+        let fast = ["--operation-timeout", "600ms"];
+        let mut args = vec!["--nodes", old.as_str()];
+        args.extend(["id", "next", "orders", "--count", "20"]);
+        let out = redquorum(&args).await;
+        assert!(out.status.success(), "{}", text(&out).1);
+        let last: u64 = text(&out)
+            .0
+            .lines()
+            .last()
+            .and_then(|l| l.parse().ok())
+            .expect("IDs");
+
+        let mut args = vec!["--nodes", old.as_str()];
+        args.extend(fast);
+        args.extend(["cluster", "change", "--to", new.as_str()]);
+        let mut killed = args.clone();
+        killed.extend(["--abort-at-for-tests", phase]);
+        let out = redquorum(&killed).await;
+        assert!(
+            !out.status.success(),
+            "{phase}: the change was to be killed there: {}",
+            text(&out).0
+        );
+        let out = redquorum(&args).await;
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success(),
+            "{phase}: running the killed change again must finish it: {stderr}"
+        );
+        assert!(stdout.contains("replaced by cluster"), "{phase}: {stdout}");
+        let out = redquorum(&args).await;
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success() && stdout.contains("nothing to do"),
+            "{phase}: a third run finds the change done: {stdout} {stderr}"
+        );
+
+        let out = redquorum(&["--nodes", &new, "id", "next", "orders"]).await;
+        let (stdout, stderr) = text(&out);
+        let next: u64 = stdout
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{phase}: an ID through the new list: {stderr}"));
+        assert!(next > last, "{phase}: {next} must follow {last}");
+        // With as many nodes in both lists, a client of the old list works in the new
+        // cluster through the nodes both list (its majority is one of the new list): if it
+        // gets an ID, the ID follows too.
+        let out = redquorum(&["--nodes", &old, "id", "next", "orders"]).await;
+        if let Ok(late) = text(&out).0.trim().parse::<u64>() {
+            assert!(
+                late > next,
+                "{phase}: the old list's {late} must follow {next}"
+            );
+        }
+        println!("{phase}: killed, finished by a re-run; {next} follows {last}");
+    }
+}
+
 /// `units add / remove / list / replace / gc`, with units from arguments and from a file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_add_remove_and_list_print_the_pool_sorted() {

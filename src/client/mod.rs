@@ -282,12 +282,14 @@ impl Client {
     fn judge_adoption(&self) -> Adoption {
         let inner = &self.inner;
         let ours = inner.config.node_names();
-        let seen: Vec<Result<cluster::Descriptor, String>> = inner
-            .nodes
-            .iter()
-            .filter_map(|n| n.snapshot().0.and_then(|p| p.cluster))
-            .map(|raw| cluster::Descriptor::decode(&raw))
-            .collect();
+        let seen = self.seen_descriptors();
+        if let Some(id) = &inner.config.adopt_as {
+            // The old list's client of a resumed node-list change: the old cluster, where it
+            // is seen (its nodes are sealed or of the old cluster still).
+            if let Some(d) = seen.iter().flatten().find(|d| d.id == *id) {
+                return Adoption::Adopted(d.clone());
+            }
+        }
         let adoption = cluster::adopt(&ours, &seen, inner.config.cluster_identity);
         match (&inner.config.cluster_pin, adoption) {
             (Some(pin), Adoption::Adopted(d)) if d.id != *pin && d.prev.as_ref() != Some(pin) => {
@@ -299,6 +301,16 @@ impl Client {
             }
             (_, adoption) => adoption,
         }
+    }
+
+    /// The cluster descriptors this client's reachable nodes hold (unreadable ones as errors).
+    pub(crate) fn seen_descriptors(&self) -> Vec<Result<cluster::Descriptor, String>> {
+        self.inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0.and_then(|p| p.cluster))
+            .map(|raw| cluster::Descriptor::decode(&raw))
+            .collect()
     }
 
     fn report_with(&self, i: usize, adoption: &Adoption) -> NodeReport {

@@ -77,8 +77,14 @@ pub struct Config {
     /// Test-only: called at a copy's pause points.
     #[cfg(feature = "test-util")]
     pub(crate) copy_hook: Option<CopyHook>,
+    /// A re-run of an interrupted node-list change resumes it (test switch).
+    pub(crate) change_resumes: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
+    /// Adopt exactly this cluster (by id) where a node holds its descriptor: the old list's
+    /// client of a resumed node-list change works in the old cluster even after a node holds
+    /// the successor's descriptor. Never set by users.
+    pub(crate) adopt_as: Option<String>,
     pub(crate) tls: tls::Tls,
 }
 
@@ -93,6 +99,10 @@ pub enum CopyEvent {
     Started,
     /// A page was read from every source and merged, before it is written.
     PageRead,
+    /// A node-list change sealed the old nodes it reached (before it settles and counts them).
+    Sealed,
+    /// A node-list change marked one more node of the new list for the new cluster.
+    Marked,
 }
 
 /// The test-only copy hook (see [`Config::with_copy_hook_for_tests`]).
@@ -164,8 +174,10 @@ impl Config {
             copy_claimed: true,
             #[cfg(feature = "test-util")]
             copy_hook: None,
+            change_resumes: true,
             cluster_identity: true,
             cluster_pin: None,
+            adopt_as: None,
             tls: tls::Tls::default(),
         })
     }
@@ -413,6 +425,16 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_unclaimed_copy_writes_for_tests(mut self) -> Self {
         self.copy_claimed = false;
+        self
+    }
+
+    /// TEST ONLY: re-running an interrupted node-list change does not resume it (the old
+    /// list's client takes whatever cluster its nodes show for the one to replace), so a
+    /// test can show the trap the resumption removes: a change stopped after marking fewer
+    /// than a majority of the new list is refused, or seals for a bogus second successor.
+    #[cfg(feature = "test-util")]
+    pub fn with_unresumable_changes_for_tests(mut self) -> Self {
+        self.change_resumes = false;
         self
     }
 

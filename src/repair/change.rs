@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::copy::{Sources, Target};
 use super::{sources_of, Census, Mark, RepairClaim};
 use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
-use crate::cluster::{self, Adoption, Descriptor};
-use crate::config::{Config, ConfigError};
+use crate::cluster::{self, Adoption, Descriptor, Origin};
+use crate::config::{Config, ConfigError, CopyEvent};
 use crate::error::{Error, NoQuorum};
 use crate::scripts::SEAL;
 
@@ -34,6 +34,9 @@ pub struct ClusterChange {
     pub marked: usize,
     /// Keys copied from the old cluster.
     pub keys: usize,
+    /// An earlier run had completed this change (a majority of the new list was marked for
+    /// it): this run did nothing.
+    pub done_before: bool,
 }
 
 impl Client {
@@ -52,11 +55,19 @@ impl Client {
     ///    majority of the new list must be marked.
     ///
     /// Clients configured with the new list work once a majority of it is marked; clients
-    /// still configured with the old list are refused. A run that fails part-way can be run
-    /// again with the same lists: sealed nodes stay sealed and count as sealed.
+    /// still configured with the old list are refused.
+    ///
+    /// **An interrupted change is finished by running it again** with the same two lists
+    /// (here, or with [`Client::change_node_list`], which also accepts the old list while a
+    /// partly marked change makes [`Client::connect`] refuse it): the successor's id is
+    /// derived from the old id and the new list, so the re-run finds the same change, sealed
+    /// nodes count as sealed, nodes marked already count as marked, and a change completed
+    /// already (a majority of the new list marked) returns with `done_before` and does
+    /// nothing. It never seals for a second successor.
     ///
     /// # Errors
-    /// [`ConfigError::ClusterMismatch`] when this client's list is not its nodes' cluster;
+    /// [`ConfigError::ClusterMismatch`] when this client's list is not its nodes' cluster (nor
+    /// the origin of a change to `to` under way);
     /// [`Error::InvalidArgument`] when these nodes hold no cluster yet; [`Error::NoQuorum`]
     /// when fewer than a majority of the old nodes could be sealed; [`Error::Unfinished`] when
     /// too few of the new nodes could be enlisted, copied to or marked (run it again).
@@ -65,26 +76,32 @@ impl Client {
     /// Not cancel-safe: a dropped call can leave the old cluster sealed and the new one partly
     /// marked; run it again to finish.
     pub async fn change_cluster(&self, to: Config) -> Result<ClusterChange, Error> {
-        let from = match &self.verdicts().adoption {
-            Adoption::Adopted(d) => d.clone(),
-            Adoption::Refused(why) => {
-                return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())))
-            }
-            Adoption::Unknown => {
-                return Err(Error::InvalidArgument(
-                    "these nodes hold no cluster yet: connect with the new list to set it up"
-                        .into(),
-                ))
-            }
-        };
         to.validate()?;
-        let new = from.succeeding(&to.node_names());
-        let settle = self.inner.config.node_timeout.max(to.node_timeout);
-        let sources = self.seal_for(&from, &new, settle).await?;
+        let (from, new, old) = self.change_origin(&to).await?;
         let target = Client::open(to, false).await?;
+        // A change that an earlier run completed (a majority of the new list is marked for
+        // the successor) has nothing left to do: its clients repair the others.
+        let already = marked_for(&target.census().await, &new.id);
+        if already >= target.inner.majority.needed() {
+            tracing::info!(to = %new.id, marked = already, "the node-list change was done already");
+            return Ok(ClusterChange {
+                from,
+                to: new,
+                sealed: 0,
+                marked: already,
+                keys: 0,
+                done_before: true,
+            });
+        }
+        let settle = old
+            .inner
+            .config
+            .node_timeout
+            .max(target.inner.config.node_timeout);
+        let sources = old.seal_for(&from, &new, settle).await?;
         let enlisted = target.enlist(&from, &new).await?;
         let sealed = sources.nodes.len();
-        let copied = self.copy_and_mark(sources, &target, &enlisted, &new).await;
+        let copied = old.copy_and_mark(sources, &target, &enlisted, &new).await;
         for claim in enlisted.claims.values() {
             claim.release().await;
         }
@@ -96,7 +113,58 @@ impl Client {
             keys: copied.keys,
             from,
             to: new,
+            done_before: false,
         })
+    }
+
+    /// Change the node list from the cluster of the list `from` to the list `to`, or finish a
+    /// change to `to` that an earlier run started (see [`Client::change_cluster`]). Unlike
+    /// [`Client::connect`] it does not refuse `from` while a change is under way: a change
+    /// interrupted after marking part of the new list makes the old list's clients refused
+    /// (or adopt the successor), and this is how the operator finishes it.
+    ///
+    /// # Errors
+    /// As [`Client::change_cluster`].
+    ///
+    /// # Cancel safety
+    /// As [`Client::change_cluster`]: run it again to finish.
+    pub async fn change_node_list(from: Config, to: Config) -> Result<ClusterChange, Error> {
+        Client::open(from, true).await?.change_cluster(to).await
+    }
+
+    /// The cluster a change to `to` replaces, its successor, and the client of the old list
+    /// to seal and copy with (this one, or one that adopts the old cluster exactly, when a
+    /// resumed change's successor shows on some of its nodes).
+    async fn change_origin(&self, to: &Config) -> Result<(Descriptor, Descriptor, Client), Error> {
+        let adoption = self.verdicts().adoption.clone();
+        let ours = self.inner.config.node_names();
+        let origin = if self.inner.config.change_resumes {
+            cluster::change_origin(&ours, &self.seen_descriptors(), &adoption, &to.node_names())
+        } else {
+            // TEST ONLY: whatever the nodes' adoption says is the cluster to replace.
+            match &adoption {
+                Adoption::Adopted(d) => Origin::Fresh(d.clone(), d.succeeding(&to.node_names())),
+                Adoption::Refused(why) => Origin::Refused(why.clone()),
+                Adoption::Unknown => Origin::Unknown,
+            }
+        };
+        match origin {
+            Origin::Fresh(from, new) => Ok((from, new, self.clone())),
+            Origin::Resumed(from, new) if adoption.id() == Some(from.id.as_str()) => {
+                Ok((from, new, self.clone()))
+            }
+            Origin::Resumed(from, new) => {
+                tracing::info!(from = %from.id, to = %new.id, "resuming an interrupted node-list change");
+                let mut config = self.inner.config.clone();
+                config.adopt_as = Some(from.id.clone());
+                let old = Client::open(config, false).await?;
+                Ok((from, new, old))
+            }
+            Origin::Refused(why) => Err(Error::Config(ConfigError::ClusterMismatch(why))),
+            Origin::Unknown => Err(Error::InvalidArgument(
+                "these nodes hold no cluster yet: connect with the new list to set it up".into(),
+            )),
+        }
     }
 
     /// Steps 1 and 2: seal every old node that is verified for the old cluster now (or was
@@ -114,6 +182,7 @@ impl Client {
         let request =
             Request::any_node("cluster.seal", Targets::All).within(inner.config.operation_timeout);
         let seal = self.send(request, seal_step).await;
+        self.copy_event(CopyEvent::Sealed).await;
         // Settle, then find the sealed nodes: sealed for this successor, by this run or an
         // earlier one, whatever the node's run_id now (a restart keeps what the AOF holds).
         tokio::time::sleep(settle + Duration::from_millis(25)).await;
@@ -149,17 +218,21 @@ impl Client {
                 ),
             });
         }
-        let mut claims: BTreeMap<usize, RepairClaim> = BTreeMap::new();
-        for node in targets.keys() {
+        // All at once: a claim left by an interrupted run is taken over only after watching
+        // it for its lifetime, and the targets' watches overlap.
+        let takes = targets.keys().map(|node| {
             let marker = census
                 .iter()
                 .find(|c| c.node == *node)
                 .and_then(|c| c.marker.as_deref());
             let claim = RepairClaim::new(self.clone(), *node, marker);
-            if claim.take().await {
-                claims.insert(*node, claim);
-            }
-        }
+            async move { claim.take().await.then_some((*node, claim)) }
+        });
+        let claims: BTreeMap<usize, RepairClaim> = futures::future::join_all(takes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         let targets = targets
             .into_iter()
             .filter_map(|(n, run)| Some((n, self.copy_target(&run, claims.get(&n)?))))
@@ -215,7 +288,11 @@ impl Client {
                 marker: cluster::marker_value(run, Some(&claim.epoch()), &new.id),
                 claim: claim.nonce.clone(),
             });
-            marked += target.mark(Targets::Only(*node), mark).await.len();
+            let now = target.mark(Targets::Only(*node), mark).await.len();
+            marked += now;
+            if now > 0 {
+                self.copy_event(CopyEvent::Marked).await;
+            }
         }
         let needed_new = target.inner.majority.needed();
         if marked < needed_new {

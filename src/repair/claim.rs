@@ -106,6 +106,12 @@ impl RepairClaim {
         };
         let since = tokio::time::Instant::now();
         let window = crate::lease::watch_window(self.lifetime());
+        tracing::info!(
+            node = self.node,
+            wait = ?window,
+            "another repair's claim is on the node: watching it, to take it over if it stays \
+             unchanged (a repair or node-list change that was interrupted)"
+        );
         loop {
             let left = window.saturating_sub(since.elapsed());
             if left.is_zero() {

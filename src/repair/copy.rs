@@ -428,7 +428,7 @@ impl Client {
     }
 
     /// The test-only pause points of a copy.
-    async fn copy_event(&self, _event: CopyEvent) {
+    pub(super) async fn copy_event(&self, _event: CopyEvent) {
         #[cfg(feature = "test-util")]
         if let Some(hook) = &self.inner.config.copy_hook {
             (hook.0)(_event).await;
