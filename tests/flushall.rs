@@ -161,6 +161,88 @@ async fn with_blind_copy_reads_a_source_flushed_during_a_change_makes_ids_go_bac
     );
 }
 
+/// The hole H1 in a repair at N = 5. Rounds reach nodes 0, 3 and 4 only (1 and 2 are cut off
+/// from the producer); node 4 is wiped and a client repairs it; node 3 restarts while that
+/// repair settles (its data intact, but not verified for its new incarnation, so it is no
+/// source: the verified {0, 1, 2} are a majority); node 0, the one source with the newest IDs,
+/// is flushed as the copy starts. Returns the producer's last ID and the lowest ID register
+/// some majority of the five holds once the cluster answers again.
+async fn repair_with_a_source_flushed(blind: bool) -> (u64, u64) {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let urls = cluster.urls();
+    let producer = Client::connect(config_from_urls(&urls).unwrap())
+        .await
+        .expect("the cluster is set up on five nodes");
+    let ids = IdGenerator::new(&producer, "orders").unwrap();
+    ids.next_id().await.expect("a first ID on every node");
+    cluster.node(1).cut_off();
+    cluster.node(2).cut_off();
+    let stale = register(&cluster, 1, "rq:id:orders")
+        .await
+        .max(register(&cluster, 2, "rq:id:orders").await);
+    let mut last = 0;
+    while last <= stale {
+        last = *ids
+            .next_ids(1000)
+            .await
+            .expect("nodes 0, 3 and 4 accept the rounds")
+            .end();
+    }
+    cluster.node(1).heal();
+    cluster.node(2).heal();
+    drop((ids, producer));
+    println!("IDs up to {last} on nodes 0, 3, 4; nodes 1 and 2 hold {stale}");
+
+    cluster.node(4).wipe_and_restart().await;
+    // A settle long enough for node 3's restart to land inside it.
+    let mut config = config_from_urls(&urls)
+        .unwrap()
+        .with_node_timeout(Duration::from_secs(2));
+    config = flush_when_the_copy_starts(config, cluster.node(0).direct_url());
+    if blind {
+        config = config.with_blind_copy_reads_for_tests();
+    }
+    let (repairer, ()) = tokio::join!(Client::connect(config), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cluster.node(3).kill_and_restart().await;
+        println!("node 3 restarted while node 4's repair settles");
+    });
+    let repairer = repairer.expect("the repairing client");
+    common::eventually(
+        Duration::from_secs(30),
+        "every node repaired (each votes again)",
+        || async {
+            let _ = repairer.ping().await;
+            repairer.check().await.iter().all(|r| r.votes)
+        },
+    )
+    .await;
+    let floor = weakest_majority(&cluster, &[0, 1, 2, 3, 4], "rq:id:orders").await;
+    (last, floor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_flushed_during_a_repair_at_five_nodes_stops_it_and_no_id_is_handed_out_twice() {
+    let (last, floor) = repair_with_a_source_flushed(false).await;
+    assert!(
+        floor >= last,
+        "every majority of the five must hold the last ID returned, {last}; one holds only \
+         {floor}, so a new process could hand it out again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_blind_copy_reads_a_source_flushed_during_a_repair_at_five_nodes_makes_ids_go_back() {
+    let (last, floor) = repair_with_a_source_flushed(true).await;
+    assert!(
+        floor < last,
+        "the blind copy read the flushed node 0 as empty and the stale 1 and 2, so some \
+         majority must hold less than the last ID {last} (got {floor}); if not, this test has \
+         no teeth"
+    );
+}
+
 /// The traced hole M1: a repairer pauses between reading a page and writing it; meanwhile its
 /// claim is taken over by another client, which repairs the node; a unit is removed and
 /// collected. Returns the units listed after the paused repairer resumed.

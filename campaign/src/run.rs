@@ -135,6 +135,9 @@ struct Campaign {
     holder_freezes: (u64, u64),
     /// Aimed faults cancelled for want of an acquisition to aim at.
     aimed_cancelled: u64,
+    /// Aimed FLUSHALLs that found no moment to aim at (no repair claim or no beat seen in
+    /// time) and flushed anyway, by kind.
+    aims_missed: BTreeMap<&'static str, u64>,
 }
 
 /// Run a campaign (see the module docs).
@@ -196,6 +199,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         frozen: BTreeMap::new(),
         holder_freezes: (0, 0),
         aimed_cancelled: 0,
+        aims_missed: BTreeMap::new(),
     };
     if opts.dist_members > 0 {
         let client = redquorum::Client::connect(
@@ -289,6 +293,9 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             "wipe after a missed grant, cancelled (no acquisition within 5 s)",
             campaign.aimed_cancelled,
         );
+    }
+    for (kind, missed) in &campaign.aims_missed {
+        outcome.faults.insert(kind, *missed);
     }
     outcome.ids_returned = calls
         .iter()
@@ -544,6 +551,26 @@ impl Campaign {
             Fault::Kill(n) => self.node_op(move |x| x.kill(n)).await,
             Fault::Freeze(n) => self.node_op(move |x| x.freeze(n)).await,
             Fault::Wipe(n) => self.node_op(move |x| x.wipe_and_restart(n)).await,
+            Fault::Flush(n) => self.flush(n).await,
+            Fault::FlushMidRepair(n) => {
+                self.node_op(move |x| x.restart(n)).await;
+                if !self.until_repairing(n).await {
+                    *self
+                        .aims_missed
+                        .entry("node FLUSHALL mid-repair (aimed), of which no claim seen in 5 s (flushed anyway)")
+                        .or_default() += 1;
+                }
+                self.flush(n).await;
+            }
+            Fault::FlushAfterBeat(n) => {
+                if !self.until_beat(n).await {
+                    *self
+                        .aims_missed
+                        .entry("node FLUSHALL after a beat (aimed), of which no beat seen in 3 s (flushed anyway)")
+                        .or_default() += 1;
+                }
+                self.flush(n).await;
+            }
             Fault::ClockStep(n, ms) => self.nodes.step_clock_ms(n, ms),
             Fault::Partition(c, n) => self.clients[c].proxies[n].set_mode(FaultMode::CutOff),
             Fault::DropReplies(c, n) => self.clients[c].proxies[n].set_mode(FaultMode::DropReplies),
@@ -578,6 +605,87 @@ impl Campaign {
             }
         }
         Ok(())
+    }
+
+    /// FLUSHALL node `n` (no restart: every key gone, the run_id kept).
+    async fn flush(&self, n: usize) {
+        self.node_op(move |x| {
+            if !x.flushall(n) {
+                tracing::warn!(
+                    node = n,
+                    "campaign: FLUSHALL not taken (node down or frozen)"
+                );
+            }
+        })
+        .await;
+    }
+
+    /// A direct connection to node `n`, bypassing every proxy (the nemesis's own).
+    async fn direct(&self, n: usize) -> Option<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.nodes.url(n)).ok()?;
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
+    /// Wait (up to 5 s) until a repair's claim (`rq:repairing`) shows on node `n`: a repair
+    /// is copying onto it. False if none was seen.
+    async fn until_repairing(&self, n: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(mut con) = self.direct(n).await {
+                while Instant::now() < deadline {
+                    let claimed: Result<bool, _> = redis::cmd("EXISTS")
+                        .arg("rq:repairing")
+                        .query_async(&mut con)
+                        .await;
+                    match claimed {
+                        Ok(true) => return true,
+                        Ok(false) => tokio::time::sleep(Duration::from_millis(1)).await,
+                        Err(_) => break,
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Wait (up to 3 s) until a member's beat on node `n` changes (a beat of the indexing
+    /// group or of the pool just landed). False if none changed.
+    async fn until_beat(&self, n: usize) -> bool {
+        let Some(mut con) = self.direct(n).await else {
+            return false;
+        };
+        let keys = [format!("rq:members:{GROUP}"), format!("rq:pmembers:{POOL}")];
+        let read = |con: &mut redis::aio::MultiplexedConnection| {
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("HGETALL").arg(k);
+            }
+            let mut con = con.clone();
+            async move {
+                pipe.query_async::<Vec<BTreeMap<String, String>>>(&mut con)
+                    .await
+                    .ok()
+            }
+        };
+        let Some(first) = read(&mut con).await else {
+            return false;
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            match read(&mut con).await {
+                Some(now) if now != first => return true,
+                Some(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                None => return false,
+            }
+        }
+        false
     }
 
     /// A targeted freeze: wait (up to 2 s) until lease holder `c` holds the lease (its record
@@ -635,7 +743,10 @@ impl Campaign {
         match fault {
             Fault::Kill(n) => self.node_op(move |x| x.restart(n)).await,
             Fault::Freeze(n) => self.node_op(move |x| x.thaw(n)).await,
-            Fault::Wipe(_) => {}
+            Fault::Wipe(_)
+            | Fault::Flush(_)
+            | Fault::FlushMidRepair(_)
+            | Fault::FlushAfterBeat(_) => {}
             Fault::ClockStep(n, ms) => self.nodes.step_clock_ms(n, -ms),
             Fault::Partition(c, n) | Fault::DropReplies(c, n) => {
                 self.clients[c].proxies[n].set_mode(FaultMode::Normal)

@@ -19,6 +19,17 @@ pub enum Fault {
     /// Node: kill -9, data deleted, restarted empty at once (faulty until repaired: the
     /// duration).
     Wipe(usize),
+    /// Node: FLUSHALL without a restart (every key gone, the marker too, the run_id kept);
+    /// faulty until repaired: the duration.
+    Flush(usize),
+    /// Node, aimed at a repair's copy: kill -9 and restart with its data (its run_id changes,
+    /// so a client repairs it), wait until the repair's claim shows on the node (the copy is
+    /// writing), then FLUSHALL it: the target is emptied mid-copy.
+    FlushMidRepair(usize),
+    /// Node, aimed at a beat: wait until a member's beat on the node changes (one just
+    /// landed), then FLUSHALL it: the restore must not bring the beat back to a value the
+    /// leader already saw.
+    FlushAfterBeat(usize),
     /// Node: wall clock stepped by the milliseconds given, stepped back at the end.
     ClockStep(usize, i64),
     /// Client `0` cut off from node `1` (silent partition).
@@ -48,6 +59,9 @@ impl Fault {
             Fault::Kill(_) => "node kill -9 + restart",
             Fault::Freeze(_) => "node SIGSTOP",
             Fault::Wipe(_) => "node wipe + restart",
+            Fault::Flush(_) => "node FLUSHALL",
+            Fault::FlushMidRepair(_) => "node FLUSHALL mid-repair (aimed)",
+            Fault::FlushAfterBeat(_) => "node FLUSHALL after a beat (aimed)",
             Fault::ClockStep(..) => "node wall-clock step",
             Fault::Partition(..) => "client-node partition",
             Fault::DropReplies(..) => "dropped replies",
@@ -64,6 +78,9 @@ impl Fault {
             Fault::Kill(n)
             | Fault::Freeze(n)
             | Fault::Wipe(n)
+            | Fault::Flush(n)
+            | Fault::FlushMidRepair(n)
+            | Fault::FlushAfterBeat(n)
             | Fault::ClockStep(n, _)
             | Fault::WipeAfterMissedGrant(_, _, n) => Some((n, None)),
             Fault::Partition(c, n) | Fault::DropReplies(c, n) | Fault::Latency(c, n, _) => {
@@ -89,6 +106,11 @@ impl fmt::Display for Fault {
             Fault::Kill(n) => write!(f, "kill -9 node {n}"),
             Fault::Freeze(n) => write!(f, "freeze node {n}"),
             Fault::Wipe(n) => write!(f, "wipe node {n}"),
+            Fault::Flush(n) => write!(f, "FLUSHALL node {n}"),
+            Fault::FlushMidRepair(n) => {
+                write!(f, "restart node {n}, FLUSHALL it while its repair copies")
+            }
+            Fault::FlushAfterBeat(n) => write!(f, "FLUSHALL node {n} right after a beat"),
             Fault::ClockStep(n, ms) => write!(f, "step node {n}'s wall clock by {ms:+} ms"),
             Fault::Partition(c, n) => write!(f, "cut client {c} off from node {n}"),
             Fault::DropReplies(c, n) => write!(f, "drop node {n}'s replies to client {c}"),
@@ -145,7 +167,10 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
     while t < s.duration {
         let fault = pick(&mut rng, s);
         let lasts = Duration::from_millis(match fault {
-            Fault::Wipe(_) => rng.random_range(1_500..=3_000),
+            Fault::Wipe(_)
+            | Fault::Flush(_)
+            | Fault::FlushMidRepair(_)
+            | Fault::FlushAfterBeat(_) => rng.random_range(1_500..=3_000),
             Fault::ClientFreeze(_) | Fault::WipeAfterMissedGrant(..) => {
                 rng.random_range(2_000..=5_000)
             }
@@ -176,22 +201,53 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
         }
         t += Duration::from_millis(rng.random_range(mean / 2..=mean * 3 / 2));
     }
+    every_data_loss(&mut out);
     out
+}
+
+/// Make sure every kind of data loss is played at least once, however short the campaign: a
+/// kind the draw missed replaces a node kill, freeze or clock step of the same node (the same node, the
+/// same time, so the minority rule still holds), the earliest ones first.
+fn every_data_loss(plan: &mut [Planned]) {
+    let kinds: [fn(usize) -> Fault; 4] = [
+        Fault::Flush,
+        Fault::FlushMidRepair,
+        Fault::FlushAfterBeat,
+        Fault::Wipe,
+    ];
+    for make in kinds {
+        if plan.iter().any(|p| p.fault.kind() == make(0).kind()) {
+            continue;
+        }
+        if let Some(p) = plan.iter_mut().find(|p| {
+            matches!(
+                p.fault,
+                Fault::Kill(_) | Fault::Freeze(_) | Fault::ClockStep(..)
+            )
+        }) {
+            if let Fault::Kill(n) | Fault::Freeze(n) | Fault::ClockStep(n, _) = p.fault {
+                p.fault = make(n);
+            }
+        }
+    }
 }
 
 fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
     let node = rng.random_range(0..s.nodes);
     let client = rng.random_range(0..s.clients.max(1));
     match rng.random_range(0..100) {
-        0..15 => Fault::Kill(node),
-        15..27 => Fault::Freeze(node),
-        27..31 => Fault::Wipe(node),
-        31..36 if s.holders.1 > s.holders.0 && s.nodes > 1 => {
+        0..13 => Fault::Kill(node),
+        13..23 => Fault::Freeze(node),
+        23..26 => Fault::Wipe(node),
+        26..28 => Fault::Flush(node),
+        28..30 => Fault::FlushMidRepair(node),
+        30..32 => Fault::FlushAfterBeat(node),
+        32..36 if s.holders.1 > s.holders.0 && s.nodes > 1 => {
             let holder = rng.random_range(s.holders.0..s.holders.1);
             let missed = (node + rng.random_range(1..s.nodes)) % s.nodes;
             Fault::WipeAfterMissedGrant(holder, missed, node)
         }
-        31..36 => Fault::Wipe(node),
+        32..36 => Fault::Flush(node),
         36..50 => {
             let ms = match rng.random_range(0..4) {
                 0 => 120_000,
@@ -428,9 +484,34 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_of_data_loss_is_played_even_in_a_short_campaign() {
+        let s = Settings {
+            duration: Duration::from_secs(60),
+            gap: Duration::from_millis(600),
+            ..settings(3)
+        };
+        for seed in 0..50 {
+            let plan = draw(seed, &s);
+            for kind in ["node FLUSHALL", "node wipe + restart"] {
+                assert!(
+                    plan.iter().any(|p| p.fault.kind().starts_with(kind)),
+                    "seed {seed}: no {kind} in {plan:?}"
+                );
+            }
+            for aimed in [Fault::FlushMidRepair(0), Fault::FlushAfterBeat(0)] {
+                assert!(
+                    plan.iter().any(|p| p.fault.kind() == aimed.kind()),
+                    "seed {seed}: no {}",
+                    aimed.kind()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_kind_of_fault_is_drawn() {
         let plan = draw(1, &settings(3));
         let kinds: std::collections::BTreeSet<&str> = plan.iter().map(|p| p.fault.kind()).collect();
-        assert_eq!(kinds.len(), 10, "{kinds:?}");
+        assert_eq!(kinds.len(), 13, "{kinds:?}");
     }
 }
