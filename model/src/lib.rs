@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod copy;
 pub mod ids;
 pub mod leases;
 pub mod views;

@@ -11,17 +11,20 @@
 //!          repair-without-restore|repair-without-raise|restore-newest]
 //! rq-model views [--crash | --amnesia | --planted | --deep]
 //!          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
+//! rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
+//!          [--bug blind-copy-reads|unclaimed-copy-writes|copy-without-majority]
 //! common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
 //!          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
 //!                          symmetry reduction: each class of renamed nodes and clients once)
 //! ```
 //! The CI bounds (each model has several sets), larger ones with `--deep`, or any bound set
-//! by hand (`--losses` and the like apply to ids and leases; views take their sets as given). Exit code 0: every property held; 1: a property failed
+//! by hand (`--losses` and the like apply to ids and leases, `--losses` and `--flushes` to copy;
+//! views take their sets as given; copy is explored breadth-first). Exit code 0: every property held; 1: a property failed
 //! (its trace is printed); 2: bad arguments.
 
 use std::process::ExitCode;
 
-use redquorum_model::{check_at_most, check_symmetric, ids, leases, views, Report};
+use redquorum_model::{check_at_most, check_symmetric, copy, ids, leases, views, Report};
 use stateright::{Model, Representative};
 
 struct Args(Vec<String>);
@@ -93,6 +96,8 @@ rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rou
                 repair-without-restore|repair-without-raise|restore-newest]
 rq-model views [--crash | --amnesia | --planted | --deep]
          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
+rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
+         [--bug blind-copy-reads|unclaimed-copy-writes|copy-without-majority]
 common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
                          symmetry reduction: each class of renamed nodes and clients once)
@@ -179,6 +184,34 @@ fn main() -> ExitCode {
                 check_at_most(m, threads, max_states),
             )
         }
+        "copy" => {
+            let mut m = if args.flag("--deep") {
+                copy::CopyModel::deep()
+            } else if args.flag("--two-flushes") {
+                copy::CopyModel::ci_two_flushes()
+            } else {
+                copy::CopyModel::ci()
+            };
+            m.rounds = args.small("--rounds").unwrap_or(m.rounds);
+            m.losses = args.small("--losses").unwrap_or(m.losses);
+            m.flushes = args.small("--flushes").unwrap_or(m.flushes);
+            m.bug = match args.bug(
+                "copy",
+                &[
+                    ("blind-copy-reads", copy::Bug::BlindCopyReads),
+                    ("unclaimed-copy-writes", copy::Bug::UnclaimedCopyWrites),
+                    ("copy-without-majority", copy::Bug::CopyWithoutMajority),
+                ],
+            ) {
+                Ok(b) => b,
+                Err(code) => return code,
+            };
+            let bounds = format!("{m:?}");
+            (
+                format!("copy ({bounds})"),
+                check_at_most(m, threads, max_states),
+            )
+        }
         "ids" | "--amnesia" | "--spare" | "--deep" | "--threads" | "--calls" | "--rounds"
         | "--losses" | "--crashes" | "--wipes" | "--block" | "--lookahead" | "--bug"
         | "--max-states" | "--shortest" => {
@@ -216,7 +249,7 @@ fn main() -> ExitCode {
             (format!("ids ({bounds})"), r)
         }
         other => {
-            eprintln!("rq-model: unknown model {other:?}: ids, leases or views\n{USAGE}");
+            eprintln!("rq-model: unknown model {other:?}: ids, leases, views or copy\n{USAGE}");
             return ExitCode::from(2);
         }
     };
