@@ -343,3 +343,85 @@ async fn with_unclaimed_copy_writes_a_late_page_brings_a_collected_unit_back() {
          {listed:?}); if not, this test has no teeth"
     );
 }
+
+/// The trap of a dead repairer's claim and a node's clock stepping back: a repairer hangs for
+/// good at its copy's start (its claim stays on the node, never refreshed), then the node's
+/// wall clock steps back an hour. Returns how long another client took to repair the node, or
+/// None when it still did not vote after 30 s.
+async fn dead_repairer_then_clock_back(node_clock: bool) -> Option<Duration> {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let urls = cluster.urls();
+    let config = || {
+        let c = config_from_urls(&urls)
+            .unwrap()
+            .with_operation_timeout(Duration::from_millis(600));
+        if node_clock {
+            c.with_server_clock_leases_for_tests()
+        } else {
+            c
+        }
+    };
+    let first = Client::connect(config()).await.expect("the cluster");
+    IdGenerator::new(&first, "orders")
+        .unwrap()
+        .next_id()
+        .await
+        .expect("an ID");
+    drop(first);
+    cluster.node(2).wipe_and_restart().await;
+
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let hangs = config().with_copy_hook_for_tests(move |event| {
+        if event == CopyEvent::Started {
+            if let Some(tx) = tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            return Box::pin(futures::future::pending());
+        }
+        Box::pin(async {})
+    });
+    // Its repair runs in a task of its own and hangs there, holding the claim.
+    let _dead = Client::connect(hangs)
+        .await
+        .expect("the repairer that dies");
+    tokio::time::timeout(Duration::from_secs(20), rx)
+        .await
+        .expect("the first repair reached its copy")
+        .expect("hook");
+    cluster.node(2).step_clock_ms(-3_600_000);
+    println!("node 2's clock stepped back an hour; its claim is a dead repairer's");
+
+    let started = std::time::Instant::now();
+    let other = Client::connect(config()).await.expect("another client");
+    while started.elapsed() < Duration::from_secs(30) {
+        let _ = other.ping().await;
+        if other.check().await.get(2).is_some_and(|r| r.votes) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_repairers_claim_is_taken_over_whatever_the_nodes_clock_does() {
+    let took = dead_repairer_then_clock_back(false).await;
+    println!("repaired by another client after {took:?}");
+    assert!(
+        took.is_some(),
+        "the dead repairer's claim must be taken over after its lifetime on the client's clock, \
+         whatever the node's wall clock says; node 2 stayed quarantined for 30 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_claims_expiring_on_the_nodes_clock_a_step_back_keeps_the_node_quarantined() {
+    let took = dead_repairer_then_clock_back(true).await;
+    assert!(
+        took.is_none(),
+        "with the claim expiring on the node's clock, stepped back an hour, node 2 must stay \
+         quarantined for 30 s (it was repaired after {took:?}): if not, this test has no teeth"
+    );
+}

@@ -354,7 +354,9 @@ impl Config {
     /// TEST ONLY: let lease keys expire on the nodes' wall clocks again (Redis `PEXPIRE`), never
     /// re-create a missing copy on extension, and do not restore lease keys in repair: the
     /// classic Redlock behaviour, so a test can show the double holders that a node's clock
-    /// step or a lost copy causes with it. Never use it in production.
+    /// step or a lost copy causes with it. A repair's claim on a node then also expires on
+    /// that node's wall clock (a dead repairer's claim outlives a backward step). Never use it
+    /// in production.
     #[cfg(feature = "test-util")]
     pub fn with_server_clock_leases_for_tests(mut self) -> Self {
         self.server_clock_leases = true;

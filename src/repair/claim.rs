@@ -61,6 +61,16 @@ impl RepairClaim {
         c.operation_timeout * 8 + c.node_timeout * 4
     }
 
+    /// TEST ONLY (`with_server_clock_leases_for_tests`): the claim expires on the node's wall
+    /// clock after its lifetime, as before issue 27; 0 (never) otherwise.
+    fn node_clock_expiry_ms(&self) -> u64 {
+        if self.client.inner.config.server_clock_leases {
+            u64::try_from(self.lifetime().as_millis()).unwrap_or(u64::MAX)
+        } else {
+            0
+        }
+    }
+
     async fn run(&self, mode: &'static str, watched: &str) -> Option<Answer> {
         // No marker check: the claim guards a node that is being repaired.
         let step = script_call(&CLAIM, Guard::None("a claim on a node under repair"))
@@ -70,6 +80,7 @@ impl RepairClaim {
             .arg(&self.nonce)
             .arg(watched)
             .arg(&self.census_marker)
+            .arg(self.node_clock_expiry_ms())
             .decode(|_, v| {
                 Ok(match v {
                     redis::Value::Int(1) => crate::quorum::NodeOutcome::Applied(Answer::Done),
@@ -101,6 +112,8 @@ impl RepairClaim {
     pub(crate) async fn take(&self) -> bool {
         let watched = match self.try_take().await {
             Some(Answer::Done) => return true,
+            // TEST ONLY: the node's clock expires the holder's claim; nothing to watch.
+            Some(Answer::Other(_)) if self.client.inner.config.server_clock_leases => return false,
             Some(Answer::Other(v)) if !v.is_empty() => v,
             _ => return false,
         };
