@@ -17,7 +17,9 @@
 //! fenced writes and releases, the delivery of every request in any order, lost requests and
 //! lost replies, a client that decides a round with only some replies in (its timeout, or a
 //! pause), node crash and restart (data kept; the restarted node is quarantined until a repair
-//! marks it, as its run_id changed), node wipe (restarts empty and unmarked), and repair.
+//! marks it, as its run_id changed), node wipe (restarts empty and unmarked), FLUSHALL (a
+//! running node loses every key, its marker included, and keeps its run_id; requests in flight
+//! to it still land on it and are refused), and repair.
 //!
 //! **Time as bounded-drift steps.** Real time advances only by `Tick`, without a horizon: every
 //! time in the state is relative (ticks of validity left, ticks a value has been watched),
@@ -43,7 +45,14 @@
 //! validity is left when it is decided (the real client asks for half the TTL: fewer grants);
 //! a repair is one step, and a request sent before a wipe is given up by its client when the
 //! repair of that node reads (the real repair waits one node timeout, the longest a client
-//! counts a reply); the resource (the fenced store) does not fail.
+//! counts a reply); the resource (the fenced store) does not fail. Because the repair is one
+//! step, a FLUSHALL of one of its *sources* never falls between its reads and its mark (the
+//! copy model, `copy.rs`, explores that interleaving for the register a node-list change
+//! copies; the real copy reads every source behind its census incarnation). A node's `run`
+//! stands for its incarnation, `<run_id>.<epoch>` in the real marker: a FLUSHALL keeps the
+//! run_id, but the repair that follows writes a new epoch, so the model gives the flushed node
+//! a new `run` at once (every expectation and watch of the old incarnation is refused or
+//! restarted, as the real client's are).
 
 use std::fmt;
 
@@ -301,6 +310,8 @@ pub struct LeaseModel {
     pub crashes: u8,
     /// Node wipes, in all.
     pub wipes: u8,
+    /// FLUSHALLs, in all (the node loses every key, its marker included, and keeps running).
+    pub flushes: u8,
     /// Whether holders send fenced writes to the resource (off where only the holders are
     /// in question: fewer states).
     pub fenced_writes: bool,
@@ -323,6 +334,7 @@ impl LeaseModel {
             losses: 0,
             crashes: 0,
             wipes: 0,
+            flushes: 0,
             fenced_writes: true,
             bug: None,
         }
@@ -346,6 +358,16 @@ impl LeaseModel {
             rounds: 2,
             crashes: 1,
             wipes: 1,
+            ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// CI bounds for FLUSHALL: 2 acquisition rounds and one flush (the node loses every key,
+    /// keeps running; requests in flight to it land on it, refused), quarantine and repair.
+    pub fn ci_flush() -> Self {
+        LeaseModel {
+            rounds: 2,
+            flushes: 1,
             ..LeaseModel::ci_takeover()
         }
     }
@@ -584,6 +606,7 @@ pub struct LeaseState {
     pub losses: u8,
     pub crashes: u8,
     pub wipes: u8,
+    pub flushes: u8,
 }
 
 /// One step.
@@ -616,6 +639,9 @@ pub enum Action {
     Restart(u8),
     /// A node loses its data and restarts empty (unmarked: quarantined).
     Wipe(u8),
+    /// FLUSHALL: a running node loses every key, its marker included (quarantined); requests
+    /// in flight to it still land, and are refused.
+    Flush(u8),
     /// A repair reads the nodes in the mask (a majority of the other verified nodes), raises
     /// the node's fence, restores the newest lease copy if allowed, and marks it.
     Repair(u8, u8),
@@ -689,6 +715,7 @@ impl fmt::Display for Action {
             Action::Crash(n) => write!(f, "node {n} crashes"),
             Action::Restart(n) => write!(f, "node {n} restarts with its data (quarantined)"),
             Action::Wipe(n) => write!(f, "node {n} loses its data and restarts empty"),
+            Action::Flush(n) => write!(f, "FLUSHALL on node {n} (every key lost, still running)"),
             Action::Repair(n, from) => write!(
                 f,
                 "a repair reads nodes {:?}, copies onto node {n} and marks it",
@@ -1016,6 +1043,7 @@ impl Model for LeaseModel {
             losses: 0,
             crashes: 0,
             wipes: 0,
+            flushes: 0,
         }]
     }
 
@@ -1084,6 +1112,9 @@ impl Model for LeaseModel {
             }
             if node.up && s.wipes < self.wipes {
                 out.push(Action::Wipe(n8));
+            }
+            if node.up && s.flushes < self.flushes {
+                out.push(Action::Flush(n8));
             }
             if self.quarantine() && node.up && !node.verified() {
                 let others: Vec<usize> = (0..self.nodes)
@@ -1232,6 +1263,28 @@ impl Model for LeaseModel {
                 }
                 s.net.sort();
             }
+            Action::Flush(n) => {
+                // The run_id stays, but the node's incarnation (`<run_id>.<epoch>` in the
+                // marker) is new once it is repaired: `run` stands for that incarnation, so
+                // every expectation and watch of the old one is refused or restarted, as in the
+                // real client. Requests in flight are not lost (no restart): they land on the
+                // flushed node and are refused by its marker check.
+                let node = &mut s.nodes[n as usize];
+                node.run += 1;
+                node.data = Data {
+                    key: None,
+                    fence: 0,
+                    floor: 0,
+                    marker: (!self.quarantine()).then_some(node.run),
+                };
+                s.flushes += 1;
+                for m in s.net.iter_mut() {
+                    if let Some(w) = m.wiped_mut() {
+                        *w |= 1 << n;
+                    }
+                }
+                s.net.sort();
+            }
             Action::Repair(n, from) => {
                 // Requests in flight since the wipe: their clients gave them up (a client
                 // counts a reply only within its node timeout, which the repair waited).
@@ -1340,7 +1393,7 @@ impl Model for LeaseModel {
                 |_, s: &LeaseState| s.past.extended,
             ));
         }
-        if self.crashes + self.wipes > 0 && self.quarantine() {
+        if self.crashes + self.wipes + self.flushes > 0 && self.quarantine() {
             v.push(Property::sometimes(
                 "a node is repaired",
                 |_, s: &LeaseState| s.past.repaired,

@@ -5,15 +5,15 @@
 //!          [--lookahead N]
 //!          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
 //!                 spare-read-from-one]
-//! rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
+//! rq-model leases [--network | --amnesia | --flush | --repair | --deep] [--clients N] [--rounds N]
 //!          [--extensions N]
 //!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
 //!          repair-without-restore|repair-without-raise|restore-newest]
-//! rq-model views [--crash | --amnesia | --planted | --deep]
+//! rq-model views [--crash | --amnesia | --flush | --planted | --deep]
 //!          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 //! rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
 //!          [--bug blind-copy-reads|unclaimed-copy-writes|copy-without-majority]
-//! common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
+//! common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--flushes N] [--max-states N]
 //!          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
 //!                          symmetry reduction: each class of renamed nodes and clients once)
 //! ```
@@ -90,15 +90,15 @@ rq-model [ids] [--amnesia | --spare | --deep] [--calls N] [--rounds N] [--block 
          [--lookahead N]
          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
                 spare-read-from-one]
-rq-model leases [--network | --amnesia | --repair | --deep] [--clients N] [--rounds N]
+rq-model leases [--network | --amnesia | --flush | --repair | --deep] [--clients N] [--rounds N]
          [--extensions N]
          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
                 repair-without-restore|repair-without-raise|restore-newest]
-rq-model views [--crash | --amnesia | --planted | --deep]
+rq-model views [--crash | --amnesia | --flush | --planted | --deep]
          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
          [--bug blind-copy-reads|unclaimed-copy-writes|copy-without-majority]
-common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--max-states N]
+common:  [--threads N] [--losses N] [--crashes N] [--wipes N] [--flushes N] [--max-states N]
          [--shortest]   (breadth-first, shortest traces; the default is depth-first with
                          symmetry reduction: each class of renamed nodes and clients once)
 Exit codes: 0 every property held; 1 a property failed (its trace is printed); 2 bad arguments.
@@ -119,6 +119,8 @@ fn main() -> ExitCode {
                 leases::LeaseModel::deep()
             } else if args.flag("--amnesia") {
                 leases::LeaseModel::ci_amnesia()
+            } else if args.flag("--flush") {
+                leases::LeaseModel::ci_flush()
             } else if args.flag("--repair") {
                 leases::LeaseModel::ci_repair()
             } else if args.flag("--network") {
@@ -134,6 +136,7 @@ fn main() -> ExitCode {
             m.losses = args.small("--losses").unwrap_or(m.losses);
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
+            m.flushes = args.small("--flushes").unwrap_or(m.flushes);
             m.bug = match args.bug(
                 "lease",
                 &[
@@ -159,6 +162,8 @@ fn main() -> ExitCode {
                 views::ViewModel::deep()
             } else if args.flag("--amnesia") {
                 views::ViewModel::ci_amnesia()
+            } else if args.flag("--flush") {
+                views::ViewModel::ci_flush()
             } else if args.flag("--crash") {
                 views::ViewModel::ci_crash()
             } else if args.flag("--planted") {

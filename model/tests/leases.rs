@@ -31,6 +31,11 @@ fn leases_stay_exclusive_when_a_node_restarts_or_is_wiped_and_repaired() {
 }
 
 #[test]
+fn leases_stay_exclusive_when_a_node_is_flushed_and_repaired() {
+    passes("leases, flush", LeaseModel::ci_flush());
+}
+
+#[test]
 fn leases_stay_exclusive_when_a_contender_takes_over_after_a_wipe_and_repair() {
     passes("leases, repair", LeaseModel::ci_repair());
 }
@@ -136,6 +141,15 @@ fn a_repair_that_restores_the_newest_of_two_different_copies_yields_two_valid_ho
     deep_counterexample(
         LeaseModel::ci_repair(),
         Bug::RestoreNewest,
+        "at most one valid holder",
+    );
+}
+
+#[test]
+fn a_flushed_node_without_quarantine_yields_two_valid_holders() {
+    counterexample(
+        LeaseModel::ci_flush(),
+        Bug::NoQuarantine,
         "at most one valid holder",
     );
 }

@@ -30,6 +30,11 @@ fn a_moved_task_keeps_one_owner_and_views_one_order_when_a_node_is_wiped_and_rep
     passes("views with amnesia", ViewModel::ci_amnesia());
 }
 
+#[test]
+fn a_moved_task_keeps_one_owner_and_views_one_order_when_a_node_is_flushed_and_repaired() {
+    passes("views with a flush", ViewModel::ci_flush());
+}
+
 /// Check `bug` planted in the planted-bug bounds: the counterexample to `property` must be
 /// found (the search stops there), and read as a story (members, the leader, the nodes). The
 /// passing bound sets show that a task does move in the honest model (`MOVED`).
