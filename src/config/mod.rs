@@ -77,6 +77,8 @@ pub struct Config {
     /// Test-only: called at a copy's pause points.
     #[cfg(feature = "test-util")]
     pub(crate) copy_hook: Option<CopyHook>,
+    /// A repair writes a new marker epoch and restores beats by maximum (test switch).
+    pub(crate) repair_epochs: bool,
     /// A re-run of an interrupted node-list change resumes it (test switch).
     pub(crate) change_resumes: bool,
     pub(crate) cluster_identity: bool,
@@ -174,6 +176,7 @@ impl Config {
             copy_claimed: true,
             #[cfg(feature = "test-util")]
             copy_hook: None,
+            repair_epochs: true,
             change_resumes: true,
             cluster_identity: true,
             cluster_pin: None,
@@ -427,6 +430,17 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_unclaimed_copy_writes_for_tests(mut self) -> Self {
         self.copy_claimed = false;
+        self
+    }
+
+    /// TEST ONLY: a repair (and a set-up) writes the node's marker without an epoch, and
+    /// restores a beat only where the node lacks it, from the first source holding it: the
+    /// rules before issue 27. A node FLUSHALLed (run_id kept) and repaired then shows the very
+    /// marker it had, so a leader's watch counts straight through the loss, and a beat can go
+    /// back to a value the leader saw earlier: a test can show the double owner this gives.
+    #[cfg(feature = "test-util")]
+    pub fn with_repeatable_beats_for_tests(mut self) -> Self {
+        self.repair_epochs = false;
         self
     }
 

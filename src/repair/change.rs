@@ -285,7 +285,7 @@ impl Client {
             let mark = Arc::new(Mark {
                 run_id: run.clone(),
                 descriptor: new.encode(),
-                marker: cluster::marker_value(run, Some(&claim.epoch()), &new.id),
+                marker: cluster::marker_value(run, target.epoch(claim).as_deref(), &new.id),
                 claim: claim.nonce.clone(),
             });
             let now = target.mark(Targets::Only(*node), mark).await.len();

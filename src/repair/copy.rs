@@ -46,7 +46,9 @@ use crate::quorum::NodeOutcome;
 use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
 pub(crate) use super::plan::classify;
-use super::plan::{fence_of, lease_token, plan, HashMerge, Holdings, Kind, Plan, BLOCKER_HOLDER};
+use super::plan::{
+    fence_of, lease_token, plan_with, HashMerge, Holdings, Kind, Plan, BLOCKER_HOLDER,
+};
 
 /// Why a source is dropped from a copy.
 const CHANGED: &str = "lost its data, restarted or was repaired during the copy";
@@ -560,10 +562,11 @@ impl Client {
             for missing in sources.list().into_iter().filter(|s| !read.contains_key(s)) {
                 sources.drop_changed(missing, SILENT)?;
             }
-            let plan = plan(
+            let plan = plan_with(
                 &read.values().collect::<Vec<_>>(),
                 self.inner.config.server_clock_leases,
                 self.inner.config.newest_lease_restore,
+                self.inner.config.repair_epochs,
             );
             if plan.disputed == 0 || rereads == DISPUTE_REREADS {
                 break Arc::new(plan);

@@ -231,6 +231,12 @@ impl Client {
     }
 
     /// Every node's marker and run_id, and whether it holds any state.
+    /// The marker epoch a repair under `claim` writes (none under the TEST-ONLY switch
+    /// `with_repeatable_beats_for_tests`).
+    pub(crate) fn epoch(&self, claim: &RepairClaim) -> Option<String> {
+        self.inner.config.repair_epochs.then(|| claim.epoch())
+    }
+
     pub(crate) async fn census(&self) -> Vec<Census> {
         // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
         // because their marker is missing: a session, reporting the marker it read.
@@ -287,7 +293,7 @@ impl Client {
                 let mark = Arc::new(Mark {
                     run_id: run_id.to_string(),
                     descriptor: d.encode(),
-                    marker: cluster::marker_value(run_id, Some(&claim.epoch()), &d.id),
+                    marker: cluster::marker_value(run_id, self.epoch(&claim).as_deref(), &d.id),
                     claim: claim.nonce.clone(),
                 });
                 if self.mark(Targets::Only(i), mark).await.contains(&i) {
@@ -339,6 +345,7 @@ impl Client {
     /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
     /// for cluster `d`.
     async fn bootstrap(&self, d: &Descriptor) -> RepairOutcome {
+        let epochs = self.inner.config.repair_epochs;
         let inner = &self.inner;
         let listed: std::sync::Arc<Vec<bool>> = std::sync::Arc::new(
             inner
@@ -359,7 +366,7 @@ impl Client {
                 .key(fixed_key(KeyKind::Cluster))
                 .arg(cluster::marker_value(
                     &ctx.run_id,
-                    Some(&cluster::new_epoch()),
+                    epochs.then(cluster::new_epoch).as_deref(),
                     &id,
                 ))
                 .arg(&descriptor);

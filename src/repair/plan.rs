@@ -175,10 +175,22 @@ impl Plan {
 /// Merge what the sources hold. `server_clock_leases` is the TEST-ONLY unsafe mode in which a
 /// lost lease copy or beat stays lost; `newest_lease_restore` the TEST-ONLY unsafe rule of
 /// [`restored_copy`].
+#[cfg(test)]
 pub(crate) fn plan(
     sources: &[&Holdings],
     server_clock_leases: bool,
     newest_lease_restore: bool,
+) -> Plan {
+    plan_with(sources, server_clock_leases, newest_lease_restore, true)
+}
+
+/// [`plan`], with `beats_by_max` false the TEST-ONLY rule before issue 27: a beat is restored
+/// only where the target lacks it, from the first source that holds it (it can go back).
+pub(crate) fn plan_with(
+    sources: &[&Holdings],
+    server_clock_leases: bool,
+    newest_lease_restore: bool,
+    beats_by_max: bool,
 ) -> Plan {
     let mut registers: BTreeMap<String, u64> = BTreeMap::new();
     let mut all_views: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
@@ -210,6 +222,10 @@ pub(crate) fn plan(
             if server_clock_leases && merge == HashMerge::Beat {
                 continue;
             }
+            let merge = match merge {
+                HashMerge::Beat if !beats_by_max => HashMerge::IfAbsent,
+                other => other,
+            };
             let entry = hashes
                 .entry(k.clone())
                 .or_insert_with(|| (merge, BTreeMap::new()));
