@@ -124,6 +124,12 @@ impl Descriptor {
 /// [`crate::Client::change_cluster`]).
 pub(crate) const SEALED: &str = "#sealed:";
 
+/// What a completed change appends to the markers of the old nodes it sealed
+/// (`<run_id>/<old id>#sealed:<new id>#done`): a later run of the same change finds it done
+/// and never copies the old cluster's frozen state again (onto nodes of the successor that
+/// were wiped for reuse since, say). A stamped node is a source of no copy.
+pub(crate) const CHANGE_DONE: &str = "#done";
+
 /// The marker value of a node verified for cluster `cluster` by the repair (or set-up) `epoch`:
 /// `<run_id>.<epoch>/<cluster id>` (`<run_id>/<cluster id>` without an epoch, as an older
 /// release wrote it). The epoch is new with every repair, so the marker names the node's
@@ -274,27 +280,35 @@ pub(crate) fn change_origin(
     adoption: &Adoption,
     to: &[String],
 ) -> Origin {
-    let ours = Descriptor::new_cluster(ours).nodes;
+    let ours = identities(ours);
     let known: Vec<&Descriptor> = seen.iter().flatten().collect();
-    for d in known.iter().filter(|d| d.nodes == ours) {
+    for d in known.iter().filter(|d| identities(&d.nodes) == ours) {
         let next = d.succeeding(to);
         if known.iter().any(|k| k.id == next.id) {
             return Origin::Resumed((*d).clone(), next);
         }
     }
     match adoption {
-        Adoption::Adopted(d) if d.nodes == ours => Origin::Fresh(d.clone(), d.succeeding(to)),
-        Adoption::Adopted(d) => Origin::Refused(format!(
-            "this client lists {} nodes [{}], but these nodes form cluster {} ({}): run the \
-             change with the cluster's own list",
-            ours.len(),
-            ours.join(", "),
-            d.id,
-            d.describe()
-        )),
+        Adoption::Adopted(d) => Origin::Fresh(d.clone(), d.succeeding(to)),
         Adoption::Refused(why) => Origin::Refused(why.clone()),
         Adoption::Unknown => Origin::Unknown,
     }
+}
+
+/// Node names as a set of servers, whatever the spelling of their user part or case: the
+/// operator's list and the one the descriptor holds name the same servers.
+fn identities(names: &[String]) -> Vec<String> {
+    let mut ids: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let (scheme, rest) = n.split_once("://").unwrap_or(("", n));
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{rest}").to_ascii_lowercase()
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// Whether `newer` replaced `older` through a chain of predecessors among `known`.
@@ -524,15 +538,29 @@ mod tests {
                 "adopted {adopted:?}"
             );
         }
-        // A second change to another list from the old list is refused: the nodes form the
-        // successor's cluster, which does not list this client's nodes.
+        // A change to another list from the old list, once the swap is done, changes the
+        // successor (its client's majority is one of the successor's).
         let next = old.succeeding(&swap);
         let seen = vec![Ok(next.clone()), Ok(next.clone()), Ok(old.clone())];
         let adopted = adopt(&three, &seen, true);
-        assert!(matches!(
-            change_origin(&three, &seen, &adopted, &names(&["a", "b", "e"])),
-            Origin::Refused(_)
-        ));
+        let other = names(&["a", "b", "e"]);
+        assert_eq!(
+            change_origin(&three, &seen, &adopted, &other),
+            Origin::Fresh(next.clone(), next.succeeding(&other))
+        );
+        // The operator's spelling of the user part does not hide a change under way.
+        let spelled = names(&["redis://ops@h1:1/0", "redis://h2:1/0", "redis://H3:1/0"]);
+        let stored = Descriptor::new_cluster(&names(&[
+            "redis://svc@h1:1/0",
+            "redis://h2:1/0",
+            "redis://h3:1/0",
+        ]));
+        let to = names(&["redis://h1:1/0", "redis://h2:1/0", "redis://h4:1/0"]);
+        let seen = vec![Ok(stored.succeeding(&to)), Ok(stored.clone())];
+        assert_eq!(
+            change_origin(&spelled, &seen, &Adoption::Unknown, &to),
+            Origin::Resumed(stored.clone(), stored.succeeding(&to))
+        );
         assert_eq!(
             change_origin(&three, &[], &Adoption::Unknown, &swap),
             Origin::Unknown

@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,14 +33,15 @@ fn config(urls: &[String], resumes: bool) -> Config {
     }
 }
 
-/// Run `from.change_cluster(to)` until the change reaches `phase`, then drop it there (as a
-/// killed operator's process would stop: no claim released, nothing cleaned up).
-async fn interrupt_at(from: &[String], to: &[String], phase: CopyEvent) {
+/// Run `from.change_cluster(to)` until the change reaches `phase` for the `nth` time, then
+/// drop it there (as a killed operator's process would stop: no claim released, nothing
+/// cleaned up).
+async fn interrupt_at(from: &[String], to: &[String], phase: CopyEvent, nth: usize) {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
-    let fired = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
     let hooked = config(from, true).with_copy_hook_for_tests(move |event| {
-        if event == phase && !fired.swap(true, Ordering::SeqCst) {
+        if event == phase && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
             if let Some(tx) = tx.lock().unwrap().take() {
                 let _ = tx.send(());
             }
@@ -68,6 +69,17 @@ async fn interrupted_then_rerun(
     phase: CopyEvent,
     resumes: bool,
 ) -> (Result<String, Error>, Result<(u64, u64), String>) {
+    interrupted_then_rerun_with(new, (phase, 1), None, resumes).await
+}
+
+/// As [`interrupted_then_rerun`], interrupted at the `nth` time the change reaches `phase`,
+/// and with node `flushed` FLUSHALLed between the interruption and the re-run.
+async fn interrupted_then_rerun_with(
+    new: &[usize],
+    (phase, nth): (CopyEvent, usize),
+    flushed: Option<usize>,
+    resumes: bool,
+) -> (Result<String, Error>, Result<(u64, u64), String>) {
     init_tracing();
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
@@ -83,7 +95,11 @@ async fn interrupted_then_rerun(
     }
     drop(a);
 
-    interrupt_at(&old, &new, phase).await;
+    interrupt_at(&old, &new, phase, nth).await;
+    if let Some(i) = flushed {
+        cluster.node(i).flushall().await;
+        println!("node {i} flushed after the interruption");
+    }
     let rerun = Client::change_node_list(config(&old, resumes), config(&new, true))
         .await
         .map(|c| {
@@ -131,6 +147,29 @@ async fn a_growth_interrupted_after_one_mark_is_finished_by_running_it_again() {
     let outcome = interrupted_then_rerun(&[0, 1, 2, 3, 4], CopyEvent::Marked, true).await;
     assert_finished(
         "grow from three nodes to five, stopped after one mark",
+        outcome,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growth_interrupted_after_two_old_nodes_were_marked_is_finished_by_running_it_again() {
+    // Nodes 0 and 1 (old and new) are marked; only node 2 is still sealed: the re-run copies
+    // from the old nodes it marked already too.
+    let outcome =
+        interrupted_then_rerun_with(&[0, 1, 2, 3, 4], (CopyEvent::Marked, 2), None, true).await;
+    assert_finished(
+        "grow from three nodes to five, stopped after two marks",
+        outcome,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_interrupted_after_one_mark_then_a_sealed_node_flushed_is_finished_by_running_it_again(
+) {
+    let outcome =
+        interrupted_then_rerun_with(&[0, 1, 3], (CopyEvent::Marked, 1), Some(2), true).await;
+    assert_finished(
+        "swap node 2 for node 3, stopped after one mark, node 2 then flushed",
         outcome,
     );
 }
@@ -195,4 +234,65 @@ async fn a_finished_change_run_again_does_nothing() {
         .await
         .expect("the new cluster still works: no bogus successor was sealed");
     assert!(id > last, "{id} must follow {last}");
+}
+
+/// A change from nodes 0-2 to nodes 3-5 completes; later nodes 3-5 are wiped (reused after
+/// the cluster moved on). Deploy automation runs the same change again. Returns the re-run's
+/// outcome and how many of nodes 3-5 it marked.
+async fn stale_rerun(protected: bool) -> (Result<String, Error>, usize) {
+    init_tracing();
+    let cluster = Cluster::start(6).await;
+    let all = cluster.urls();
+    let (old, new) = (all[..3].to_vec(), all[3..].to_vec());
+    let a = Client::connect(config(&old, protected)).await.expect("old");
+    IdGenerator::new(&a, "orders")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("an ID");
+    a.change_cluster(config(&new, true))
+        .await
+        .expect("the change");
+    drop(a);
+    for i in 3..6 {
+        cluster.node(i).wipe_and_restart().await;
+    }
+    let rerun = Client::change_node_list(config(&old, protected), config(&new, true))
+        .await
+        .map(|c| format!("done before: {}, marked {}", c.done_before, c.marked));
+    let mut marked = 0;
+    for i in 3..6 {
+        let mut con = cluster.node(i).direct_connection().await;
+        let m: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut con)
+            .await
+            .expect("GET");
+        marked += usize::from(m.is_some());
+    }
+    println!("stale re-run: {rerun:?}; {marked} of the wiped nodes marked");
+    (rerun, marked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_rerun_of_a_completed_change_copies_nothing() {
+    let (rerun, marked) = stale_rerun(true).await;
+    assert!(
+        matches!(&rerun, Ok(r) if r.starts_with("done before: true")),
+        "the old nodes' stamp says the change is done: {rerun:?}"
+    );
+    assert_eq!(
+        marked, 0,
+        "no wiped node of the new list may get the old cluster's frozen state again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_completion_stamp_a_stale_rerun_brings_the_old_state_back() {
+    let (_, marked) = stale_rerun(false).await;
+    assert!(
+        marked >= 2,
+        "without the stamp the re-run copies the frozen old state onto the wiped nodes and \
+         marks a majority ({marked} marked): if not, this test has no teeth"
+    );
 }

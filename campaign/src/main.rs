@@ -274,7 +274,13 @@ async fn main() -> ExitCode {
                     }
                     let operations: u64 =
                         outcome.operations.values().map(|(ok, err)| ok + err).sum();
-                    let faults: u64 = outcome.faults.values().sum();
+                    // Rows "..., of which ..." count part of the row above them.
+                    let faults: u64 = outcome
+                        .faults
+                        .iter()
+                        .filter(|(kind, _)| !kind.contains(", of which"))
+                        .map(|(_, n)| n)
+                        .sum();
                     println!(
                         "campaign: seed={seed} operations={operations} faults={faults} violations={violations}"
                     );

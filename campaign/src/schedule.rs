@@ -206,8 +206,9 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
 }
 
 /// Make sure every kind of data loss is played at least once, however short the campaign: a
-/// kind the draw missed replaces a node kill, freeze or clock step of the same node (the same node, the
-/// same time, so the minority rule still holds), the earliest ones first.
+/// kind the draw missed replaces a node kill, freeze or clock step (the same node, the same
+/// time, so the minority rule still holds), the earliest one that lasts long enough for the
+/// node's repair (1.5 s, as a drawn data loss).
 fn every_data_loss(plan: &mut [Planned]) {
     let kinds: [fn(usize) -> Fault; 4] = [
         Fault::Flush,
@@ -220,10 +221,11 @@ fn every_data_loss(plan: &mut [Planned]) {
             continue;
         }
         if let Some(p) = plan.iter_mut().find(|p| {
-            matches!(
-                p.fault,
-                Fault::Kill(_) | Fault::Freeze(_) | Fault::ClockStep(..)
-            )
+            p.lasts >= Duration::from_millis(1_500)
+                && matches!(
+                    p.fault,
+                    Fault::Kill(_) | Fault::Freeze(_) | Fault::ClockStep(..)
+                )
         }) {
             if let Fault::Kill(n) | Fault::Freeze(n) | Fault::ClockStep(n, _) = p.fault {
                 p.fault = make(n);

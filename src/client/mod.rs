@@ -286,9 +286,13 @@ impl Client {
         if let Some(id) = &inner.config.adopt_as {
             // The old list's client of a resumed node-list change: the old cluster, where it
             // is seen (its nodes are sealed or of the old cluster still).
-            if let Some(d) = seen.iter().flatten().find(|d| d.id == *id) {
-                return Adoption::Adopted(d.clone());
-            }
+            return match seen.iter().flatten().find(|d| d.id == *id) {
+                Some(d) => Adoption::Adopted(d.clone()),
+                None => Adoption::Refused(format!(
+                    "the cluster {id} this node-list change resumes from is on none of the \
+                     nodes reached"
+                )),
+            };
         }
         let adoption = cluster::adopt(&ours, &seen, inner.config.cluster_identity);
         match (&inner.config.cluster_pin, adoption) {

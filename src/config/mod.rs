@@ -447,7 +447,9 @@ impl Config {
     /// TEST ONLY: re-running an interrupted node-list change does not resume it (the old
     /// list's client takes whatever cluster its nodes show for the one to replace), so a
     /// test can show the trap the resumption removes: a change stopped after marking fewer
-    /// than a majority of the new list is refused, or seals for a bogus second successor.
+    /// than a majority of the new list is refused, or seals for a bogus second successor; and
+    /// a completed change stamps no old node done, so a stale re-run after the new nodes were
+    /// wiped copies the old cluster's frozen state onto them again.
     #[cfg(feature = "test-util")]
     pub fn with_unresumable_changes_for_tests(mut self) -> Self {
         self.change_resumes = false;

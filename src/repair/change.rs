@@ -80,10 +80,14 @@ impl Client {
         let (from, new, old) = self.change_origin(&to).await?;
         let target = Client::open(to, false).await?;
         // A change that an earlier run completed (a majority of the new list is marked for
-        // the successor) has nothing left to do: its clients repair the others.
+        // the successor, or an old node carries the completion stamp) has nothing left to
+        // do: its clients repair the others.
+        let old_census = old.census().await;
+        let stamped = stamped_for(&old_census, &from.id, &new.id);
         let already = marked_for(&target.census().await, &new.id);
-        if already >= target.inner.majority.needed() {
-            tracing::info!(to = %new.id, marked = already, "the node-list change was done already");
+        if stamped > 0 || already >= target.inner.majority.needed() {
+            tracing::info!(to = %new.id, marked = already, stamped, "the node-list change was done already");
+            old.stamp_done(&old_census, &from.id, &new.id).await;
             return Ok(ClusterChange {
                 from,
                 to: new,
@@ -106,6 +110,7 @@ impl Client {
             claim.release().await;
         }
         let (copied, marked) = copied?;
+        old.stamp_done(&old.census().await, &from.id, &new.id).await;
         tracing::warn!(from = %from.id, to = %new.id, nodes = %new.describe(), "cluster node list changed");
         Ok(ClusterChange {
             sealed,
@@ -177,8 +182,13 @@ impl Client {
         settle: Duration,
     ) -> Result<Sources, Error> {
         let inner = &self.inner;
-        let new_id = new.id.clone();
-        let seal_step = Steps::per_node(move |ctx| Some(seal_step(ctx, &new_id)));
+        let (from_id, new_id) = (from.id.clone(), new.id.clone());
+        // Only nodes this client expects to hold the old cluster's marker: never a node of
+        // the successor, whatever this client adopts by the time it sends.
+        let seal_step = Steps::per_node(move |ctx| {
+            (cluster::parse_marker(&ctx.marker).1 == Some(from_id.as_str()))
+                .then(|| seal_step(ctx, &new_id))
+        });
         let request =
             Request::any_node("cluster.seal", Targets::All).within(inner.config.operation_timeout);
         let seal = self.send(request, seal_step).await;
@@ -244,6 +254,46 @@ impl Client {
         })
     }
 
+    /// Step 5: stamp the old nodes sealed for this change as done (`seal.lua`, comparing the
+    /// sealed marker the census found): a later run of the same change returns at once.
+    /// Best effort: a node missed keeps its seal, and a majority of the new list marked says
+    /// the same while it lasts.
+    async fn stamp_done(&self, census: &[Census], from: &str, new: &str) {
+        if !self.inner.config.change_resumes {
+            return; // TEST ONLY: no stamp (`with_unresumable_changes_for_tests`).
+        }
+        let sealed = format!("{from}{}{new}", cluster::SEALED);
+        let markers: Arc<BTreeMap<usize, String>> = Arc::new(
+            census
+                .iter()
+                .filter_map(|c| {
+                    let m = c.marker.as_deref()?;
+                    (cluster::parse_marker(m).1 == Some(sealed.as_str()))
+                        .then(|| (c.node, m.to_string()))
+                })
+                .collect(),
+        );
+        if markers.is_empty() {
+            return;
+        }
+        let steps = Steps::per_node(move |ctx| {
+            let m = markers.get(&ctx.node)?;
+            let step = script_call(&SEAL, Guard::None("compares the sealed marker itself"))
+                .marker_key()
+                .arg(m)
+                .arg(format!("{m}{}", cluster::CHANGE_DONE))
+                .decode(|_, v| decode::one_applied(v));
+            Some(step)
+        });
+        let request = Request::any_node("cluster.done", Targets::All)
+            .within(self.inner.config.operation_timeout);
+        let stamped = self.send(request, steps).await;
+        tracing::info!(
+            stamped = stamped.applied(),
+            "old nodes stamped: the change is done"
+        );
+    }
+
     /// Steps 3b and 4: copy from the sealed sources, then mark every target that took the
     /// whole copy for the new cluster. Returns the copy and how many were marked.
     async fn copy_and_mark(
@@ -276,7 +326,6 @@ impl Client {
                 op: "cluster.change",
                 reason: format!("the copy stopped: {why}; run the change again"),
             })?;
-        let mut marked = enlisted.already;
         for (node, t) in &copied.complete {
             let Some(claim) = claims.get(node) else {
                 continue;
@@ -288,12 +337,12 @@ impl Client {
                 marker: cluster::marker_value(run, target.epoch(claim).as_deref(), &new.id),
                 claim: claim.nonce.clone(),
             });
-            let now = target.mark(Targets::Only(*node), mark).await.len();
-            marked += now;
-            if now > 0 {
+            if !target.mark(Targets::Only(*node), mark).await.is_empty() {
                 self.copy_event(CopyEvent::Marked).await;
             }
         }
+        // Counted afresh: a node marked before may have lost its data since.
+        let marked = marked_for(&target.census().await, &new.id);
         let needed_new = target.inner.majority.needed();
         if marked < needed_new {
             return Err(Error::Unfinished {
@@ -308,9 +357,16 @@ impl Client {
     }
 }
 
-/// How many nodes are marked for cluster `new` at their current run_id (one per server).
+/// How many nodes are marked for cluster `new` (one per server; a node restarted since keeps
+/// what its AOF holds, and the new cluster's clients repair it from the others).
 fn marked_for(census: &[Census], new: &str) -> usize {
-    marked_as(census, |run, c, cl| run == c.run_id && cl == Some(new)).count()
+    marked_as(census, |_, _, cl| cl == Some(new)).count()
+}
+
+/// How many old nodes carry the stamp of a completed change from `from` to `new`.
+fn stamped_for(census: &[Census], from: &str, new: &str) -> usize {
+    let stamped = format!("{from}{}{new}{}", cluster::SEALED, cluster::CHANGE_DONE);
+    marked_as(census, |_, _, cl| cl == Some(stamped.as_str())).count()
 }
 
 /// The census's nodes whose marker (run part, cluster part) passes `keep`, one per server.
@@ -341,12 +397,19 @@ fn seal_step(ctx: &crate::client::NodeCtx, new_id: &str) -> crate::client::Step<
         .decode(|_, v| decode::one_applied(v))
 }
 
-/// The old nodes sealed for the successor `new` of cluster `from` (one per server).
+/// The old nodes a change from `from` to `new` copies from (one per server): those sealed for
+/// it, and those of the old list it marked for the new cluster already (an interrupted run
+/// marked them after a complete copy from a sealed majority, and the new cluster accepts
+/// nothing before a majority of it is marked, when the change is done). Without the latter, a
+/// run interrupted after marking more old nodes than a minority of the old list could never
+/// be finished.
 fn sealed_sources(census: &[Census], from: &str, new: &str) -> Vec<usize> {
     let sealed_cluster = format!("{from}{}{new}", cluster::SEALED);
-    marked_as(census, |_, _, cl| cl == Some(sealed_cluster.as_str()))
-        .map(|c| c.node)
-        .collect()
+    marked_as(census, |_, _, cl| {
+        cl == Some(sealed_cluster.as_str()) || cl == Some(new)
+    })
+    .map(|c| c.node)
+    .collect()
 }
 
 /// The new list's nodes a change from `from` to `new` may copy to, with their run_ids: blank
@@ -408,8 +471,15 @@ mod tests {
             census(2, "r2", Some("r2/old#sealed:other")),
             census(3, "r3", Some("r3/old")),
             census(4, "r4-restarted", Some("r4/old#sealed:new")),
+            census(5, "r5", Some("r5.e/new")),
+            census(6, "r6", Some("r6/old#sealed:new#done")),
         ];
-        assert_eq!(sealed_sources(&c, "old", "new"), vec![0, 4]);
+        assert_eq!(
+            sealed_sources(&c, "old", "new"),
+            vec![0, 4, 5],
+            "sealed for this change, or marked by it already; never stamped done"
+        );
+        assert_eq!(stamped_for(&c, "old", "new"), 1);
     }
 
     #[test]
