@@ -10,13 +10,19 @@
 //! Explored: every interleaving of the clients' calls, the delivery of every request and
 //! reply in any order, lost requests and lost replies, a client that stops waiting for a node
 //! (its timeout), node crash and restart (the register is kept: AOF `appendfsync always`),
-//! node wipe (restarts empty and unmarked), and repair. A client's pause is any interleaving
+//! node wipe (restarts empty and unmarked), FLUSHALL (a running node loses every key, its
+//! marker included, and keeps its run_id: the proposals in flight to it land and are refused,
+//! before its repair for the missing marker, after it for the new epoch the repair writes),
+//! and repair. A client's pause is any interleaving
 //! in which it takes no step.
 //!
 //! Properties: every ID returned is unique, and in real-time order (a call that started after
 //! another returned gets larger IDs).
 //!
-//! Abstractions, stated: a repair is one atomic step (the real one copies, waits one node
+//! Abstractions, stated: a repair reads its sources and marks in one step (after its wait),
+//! so a FLUSHALL of a *source* never falls between its read and its mark (the copy model,
+//! `copy.rs`, explores that interleaving, and the real copy reads every source behind its
+//! census incarnation); a repair is one atomic step (the real one copies, waits one node
 //! timeout for writes in flight, then marks; `README.md` lists the in-flight race as argued);
 //! a retry proposes just above what is known (the real client may add a random spread after a
 //! lost round, which only raises the block); blocks have a fixed size.
@@ -122,6 +128,8 @@ pub struct IdModel {
     pub crashes: u8,
     /// Node wipes, in all.
     pub wipes: u8,
+    /// FLUSHALLs, in all (the node loses every key, its marker included, and keeps running).
+    pub flushes: u8,
     /// Extra IDs a write round reserves beyond its callers' (0: none). A later call takes its
     /// IDs from that spare block after a majority *read* shows no register above the block's
     /// end: no block above it was accepted by a majority before the read, so none of its IDs
@@ -145,6 +153,7 @@ impl IdModel {
             losses: 1,
             crashes: 1,
             wipes: 0,
+            flushes: 0,
             lookahead: 0,
             extra_calls: 0,
             bug: None,
@@ -159,6 +168,16 @@ impl IdModel {
             crashes: 0,
             wipes: 1,
             ..IdModel::ci_network()
+        }
+    }
+
+    /// CI bounds for FLUSHALL: the same clients, one flush (the node keeps running: proposals
+    /// in flight to it land and are refused) with its quarantine and repair, no other fault.
+    pub fn ci_flush() -> Self {
+        IdModel {
+            wipes: 0,
+            flushes: 1,
+            ..IdModel::ci_amnesia()
         }
     }
 
@@ -241,6 +260,9 @@ pub struct Node {
     /// repair waits one node timeout before it reads, so each of them has either landed or
     /// been given up by its client when the repair reads).
     pub repairing: bool,
+    /// Flushed and not repaired since: the proposals in flight to it carry the marker of its
+    /// old incarnation, which its repair replaces (a new epoch).
+    pub flushed: bool,
 }
 
 /// A call in progress: its round.
@@ -302,6 +324,7 @@ pub struct IdState {
     pub losses: u8,
     pub crashes: u8,
     pub wipes: u8,
+    pub flushes: u8,
 }
 
 /// One step.
@@ -323,6 +346,9 @@ pub enum Action {
     Restart(u8),
     /// A node loses its data and restarts empty (unmarked: quarantined).
     Wipe(u8),
+    /// FLUSHALL: a running node loses every key, its marker included (quarantined); the
+    /// proposals in flight to it still land on it, and are refused.
+    Flush(u8),
     /// A repair of a quarantined node begins (its census), and waits one node timeout.
     RepairBegin(u8),
     /// After the wait, the repair reads the nodes in the mask (a majority of the other marked
@@ -396,6 +422,7 @@ impl fmt::Display for Action {
             Action::Crash(n) => write!(f, "node {n} crashes"),
             Action::Restart(n) => write!(f, "node {n} restarts with its data"),
             Action::Wipe(n) => write!(f, "node {n} loses its data and restarts empty"),
+            Action::Flush(n) => write!(f, "FLUSHALL on node {n} (every key lost, still running)"),
             Action::RepairBegin(n) => write!(f, "a repair of node {n} begins (and waits one node timeout)"),
             Action::Repair(n, from) => write!(
                 f,
@@ -531,6 +558,7 @@ impl IdModel {
                     },
                     up: true,
                     repairing: false,
+                    flushed: false,
                 };
                 self.nodes
             ],
@@ -550,6 +578,7 @@ impl IdModel {
             losses: 0,
             crashes: 0,
             wipes: 0,
+            flushes: 0,
         }
     }
 
@@ -607,6 +636,9 @@ impl Model for IdModel {
             }
             if s.wipes < self.wipes {
                 out.push(Action::Wipe(n as u8));
+            }
+            if node.up && s.flushes < self.flushes {
+                out.push(Action::Flush(n as u8));
             }
             let no_wait = self.bug == Some(Bug::RepairWithoutWait);
             if node.up && !node.reg.marked && self.check_marker() && !node.repairing && !no_wait {
@@ -711,9 +743,21 @@ impl Model for IdModel {
                     },
                     up: true,
                     repairing: false,
+                    flushed: false,
                 };
                 s.wipes += 1;
                 s.net.retain(|Msg::Propose { node, .. }| *node != n);
+            }
+            Action::Flush(n) => {
+                let check = self.check_marker();
+                let node = &mut s.nodes[n as usize];
+                node.reg = Register {
+                    value: 0,
+                    marked: !check,
+                };
+                node.repairing = false;
+                node.flushed = check;
+                s.flushes += 1;
             }
             Action::RepairBegin(n) => {
                 s.nodes[n as usize].repairing = true;
@@ -759,6 +803,13 @@ impl Model for IdModel {
                     .map(|o| s.nodes[o].reg.value)
                     .max()
                     .unwrap_or(0);
+                if s.nodes[n as usize].flushed {
+                    // The repair writes a new epoch into the marker: the proposals still in
+                    // flight to the node, which expect its old incarnation, are refused
+                    // wherever they land from now on (a refusal changes nothing): dropped.
+                    s.nodes[n as usize].flushed = false;
+                    s.net.retain(|Msg::Propose { node, .. }| *node != n);
+                }
                 let reg = &mut s.nodes[n as usize].reg;
                 reg.value = reg.value.max(value);
                 reg.marked = true;

@@ -1,7 +1,7 @@
 //! `rq-model`: run the model checks and print what each explored.
 //!
 //! ```text
-//! rq-model [ids] [--amnesia | --spare | --deep] [--calls N] [--rounds N] [--block N]
+//! rq-model [ids] [--amnesia | --flush | --spare | --deep] [--calls N] [--rounds N] [--block N]
 //!          [--lookahead N]
 //!          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
 //!                 spare-read-from-one]
@@ -86,7 +86,7 @@ impl Args {
 }
 
 const USAGE: &str = "\
-rq-model [ids] [--amnesia | --spare | --deep] [--calls N] [--rounds N] [--block N]
+rq-model [ids] [--amnesia | --flush | --spare | --deep] [--calls N] [--rounds N] [--block N]
          [--lookahead N]
          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
                 spare-read-from-one]
@@ -217,15 +217,17 @@ fn main() -> ExitCode {
                 check_at_most(m, threads, max_states),
             )
         }
-        "ids" | "--amnesia" | "--spare" | "--deep" | "--threads" | "--calls" | "--rounds"
-        | "--losses" | "--crashes" | "--wipes" | "--block" | "--lookahead" | "--bug"
-        | "--max-states" | "--shortest" => {
+        "ids" | "--amnesia" | "--spare" | "--flush" | "--deep" | "--threads" | "--calls"
+        | "--rounds" | "--losses" | "--crashes" | "--wipes" | "--flushes" | "--block"
+        | "--lookahead" | "--bug" | "--max-states" | "--shortest" => {
             let mut m = if args.flag("--deep") {
                 ids::IdModel::deep()
             } else if args.flag("--amnesia") {
                 ids::IdModel::ci_amnesia()
             } else if args.flag("--spare") {
                 ids::IdModel::ci_spare()
+            } else if args.flag("--flush") {
+                ids::IdModel::ci_flush()
             } else {
                 ids::IdModel::ci_network()
             };
@@ -234,6 +236,7 @@ fn main() -> ExitCode {
             m.losses = args.small("--losses").unwrap_or(m.losses);
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
+            m.flushes = args.small("--flushes").unwrap_or(m.flushes);
             m.block = args.value("--block").unwrap_or(m.block).max(1);
             m.lookahead = args.value("--lookahead").unwrap_or(m.lookahead);
             m.bug = match args.bug(

@@ -75,6 +75,20 @@ fn a_repair_that_does_not_wait_for_proposals_in_flight_yields_a_repeated_id() {
 }
 
 #[test]
+fn the_id_register_returns_unique_ids_in_real_time_order_when_a_node_is_flushed_and_repaired() {
+    passes(ids::IdModel::ci_flush());
+}
+
+#[test]
+fn a_flushed_node_without_quarantine_yields_a_repeated_id() {
+    counterexample(
+        ids::IdModel::ci_flush(),
+        ids::Bug::NoQuarantine,
+        "IDs unique",
+    );
+}
+
+#[test]
 fn ids_from_spare_blocks_validated_by_a_majority_read_stay_unique_and_in_real_time_order() {
     passes(ids::IdModel::ci_spare());
 }
