@@ -457,10 +457,9 @@ async fn flushed_right_after_a_beat(repeatable: bool) -> Result<(), OwnerViolati
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         if round == 0 {
-            // Once node 0 holds that beat too.
-            let b = beat(&mut node1).await;
-            let deadline = Instant::now() + interval;
-            while beat(&mut node0).await != b {
+            // Once node 0 holds the beat node 1 holds (a later one, if M beat again meanwhile).
+            let deadline = Instant::now() + interval * 3;
+            while beat(&mut node0).await != beat(&mut node1).await {
                 assert!(Instant::now() < deadline, "node 0 never took M's beat");
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
