@@ -497,9 +497,9 @@ async fn a_node_flushed_right_after_a_beat_gives_no_task_two_owners() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_repeatable_beats_a_node_flushed_after_a_beat_gives_a_task_two_owners() {
     // The double owner needs the leader's rounds to fall right (measured: about one run in
-    // two shows it); three runs, and one must.
+    // two shows it, fewer over TLS); five runs, and one must.
     let mut verdict = Ok(());
-    for run in 1..=3 {
+    for run in 1..=5 {
         verdict = flushed_right_after_a_beat(true).await;
         println!(
             "run {run}, checker with the rules before the fix: {}",
@@ -513,7 +513,7 @@ async fn with_repeatable_beats_a_node_flushed_after_a_beat_gives_a_task_two_owne
         verdict.is_err(),
         "with markers without epochs and beats restored from the first source, the leader \
          must count through node 1's loss and give M's tasks away while M owns them, in one \
-         of three runs: if not, this test has no teeth"
+         of five runs: if not, this test has no teeth"
     );
 }
 
