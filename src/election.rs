@@ -129,10 +129,13 @@ impl Election {
         }
     }
 
-    /// Become leader only if nobody is.
+    /// Become leader only if nobody is: at once when the lease is free; within about the
+    /// leader's extension interval, with [`Error::LockHeld`], when a live leader holds it; after
+    /// the TTL plus drift, by a takeover, when the leader is gone (crashed) and its lease stayed
+    /// unchanged (see [`Lock::try_acquire`]).
     ///
     /// # Errors
-    /// [`Error::LockHeld`] if there is a leader; [`Error::NoQuorum`] without a majority;
+    /// [`Error::LockHeld`] if there is a live leader; [`Error::NoQuorum`] without a majority;
     /// [`Error::Contended`] when concurrent grants kept its token behind (retryable).
     ///
     /// # Cancel safety

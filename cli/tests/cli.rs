@@ -669,6 +669,47 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
     );
 }
 
+/// The README's cron recipe after an OOM kill: `lock run --wait 0` is killed with -9 while it
+/// holds the lease; the next host's `lock run --wait 0` must take the abandoned lease over
+/// (after the TTL plus drift), not exit 3 ("held") for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_one_shot_runs_after_the_previous_holder_was_killed() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.urls().join(",");
+    let mut holder = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "lock", "run", "nightly", "--ttl", "2s", "--wait", "0",
+        ])
+        .args(["--", "sleep", "30"])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the first cron run");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    holder.kill().await.expect("kill -9 the holder");
+    let started = Instant::now();
+    let out = redquorum(&[
+        "--nodes", &nodes, "lock", "run", "nightly", "--ttl", "2s", "--wait", "0", "--", "true",
+    ])
+    .await;
+    let took = started.elapsed();
+    println!(
+        "the next cron run exited {:?} after {took:?}",
+        out.status.code()
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the next one-shot run takes the abandoned lease over and runs: {}",
+        text(&out).1
+    );
+    assert!(
+        took < Duration::from_secs(8),
+        "within the TTL plus drift: {took:?}"
+    );
+}
+
 /// An operator's `cluster change` killed at each point of its procedure (the process aborts,
 /// as `kill -9` would: no claim released) is finished by running the same command again; the
 /// new cluster then follows the old one's IDs, the old list is refused, and a third run says

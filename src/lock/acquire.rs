@@ -6,23 +6,41 @@ use super::*;
 const ROUNDS: u32 = 6;
 
 impl Lock {
-    /// One acquisition attempt.
+    /// One acquisition attempt, for a caller that will not wait for a live holder (a cron
+    /// job, a one-shot process). When the lease is held, the attempt watches it: a holder
+    /// that is alive shows it within its lease time (an extension or a release changes the
+    /// lease on the nodes), and the attempt then returns [`Error::LockHeld`] at once; a lease
+    /// that stays unchanged on a majority for its TTL plus drift, on this client's monotonic
+    /// clock, was abandoned (its holder crashed), and the attempt takes it over by
+    /// compare-and-swap, exactly as a waiting [`acquire`](Self::acquire) would. So it returns
+    /// at once when the lock is free, within about the holder's extension interval when it is
+    /// held by a live holder, and after the TTL plus drift when the holder is gone.
     ///
     /// # Errors
-    /// [`Error::LockHeld`] if another holder has it; [`Error::NoQuorum`] if a majority did not
-    /// answer; [`Error::Timeout`] if the nodes answered too slowly to leave half the TTL of
-    /// validity; [`Error::Contended`] if every round's token fell behind concurrent grants of
-    /// locks sharing its fence floor bucket (retryable). Every failed attempt is released on
-    /// every node.
+    /// [`Error::LockHeld`] if another holder has it (and showed it is alive); [`Error::NoQuorum`]
+    /// if a majority did not answer; [`Error::Timeout`] if the nodes answered too slowly to
+    /// leave half the TTL of validity; [`Error::Contended`] if every round's token fell behind
+    /// concurrent grants of locks sharing its fence floor bucket (retryable). Every failed
+    /// attempt is released on every node.
     ///
     /// # Cancel safety
     /// Cancel-safe: the attempt runs in a task of its own, and a lease it wins after the caller
     /// went away is released.
     pub async fn try_acquire(&self) -> Result<LockGuard, Error> {
+        self.spawn_attempt(true).await
+    }
+
+    /// One attempt in a task of its own (see [`try_acquire`](Self::try_acquire)); `watching`:
+    /// watch a held lease until its holder shows it is alive or its window ends.
+    async fn spawn_attempt(&self, watching: bool) -> Result<LockGuard, Error> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let lock = self.clone();
         tokio::spawn(async move {
-            let result = lock.attempt().await;
+            let result = if watching {
+                lock.attempt_watching().await
+            } else {
+                lock.attempt().await
+            };
             crate::metrics::lease_acquisition(&result);
             if let Err(Ok(guard)) = tx.send(result) {
                 let _ = guard.release().await;
@@ -53,7 +71,9 @@ impl Lock {
         // subscription is only seen by the next poll (the hint shortens sleeps, nothing more).
         let mut watch = None;
         loop {
-            let err = match self.try_acquire().await {
+            // A single try watches a held lease (see `try_acquire`); a waiting caller's
+            // tries do not, its loop watches across them until its own deadline.
+            let err = match self.spawn_attempt(wait.is_zero()).await {
                 Ok(g) => return Ok(g),
                 Err(
                     e @ (Error::LockHeld { .. }
@@ -118,6 +138,43 @@ impl Lock {
                 drop(fut);
                 let _ = guard.release().await;
                 Err(Error::LeaseLost { name: self.name().to_string(), reason })
+            }
+        }
+    }
+
+    /// [`attempt`](Self::attempt), and while the lease is held but quiet, read rounds until
+    /// the holder shows it is alive (the instant at which a majority would be ready moves
+    /// later: a node's lease changed) or the window ends (the next attempt takes it over).
+    /// Bounded by twice the watch window plus an operation timeout.
+    async fn attempt_watching(&self) -> Result<LockGuard, Error> {
+        let inner = &self.inner;
+        let needed = inner.client.majority().needed();
+        let limit = Instant::now()
+            + lease::watch_window(inner.ttl) * 2
+            + inner.client.config().operation_timeout();
+        let poll = (inner.ttl / 8).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let mut ready_at: Option<Instant> = None;
+        loop {
+            let result = self.attempt().await;
+            if !matches!(result, Err(Error::LockHeld { .. })) {
+                return result;
+            }
+            let now = Instant::now();
+            if now >= limit {
+                return result;
+            }
+            let plan = lease::plan_with(&inner.watch(), needed, now, inner.takeover_window);
+            match plan {
+                Plan::WaitUntil(t) => {
+                    if ready_at.is_some_and(|first| t > first) {
+                        // A lease changed on some node: its holder is alive.
+                        return result;
+                    }
+                    ready_at.get_or_insert(t);
+                    tokio::time::sleep_until(t.min(now + poll).min(limit)).await;
+                }
+                // Ready now: the next attempt swaps the quiet lease.
+                Plan::Attempt(_) => {}
             }
         }
     }
