@@ -81,8 +81,8 @@ pub use cluster::Descriptor;
 #[cfg(feature = "test-util")]
 pub use config::CopyEvent;
 pub use config::{
-    Config, ConfigError, NodeUrl, SafetyMode, CACERT_ENV, CERT_ENV, KEY_ENV, MAX_NODES, NODES_ENV,
-    SNI_ENV,
+    Config, ConfigError, NodeUrl, SafetyMode, ATTEST_FSYNC_ENV, CACERT_ENV, CERT_ENV, CLUSTER_ENV,
+    ENV_VARS, KEY_ENV, MAX_NODES, NODES_ENV, SNI_ENV,
 };
 #[cfg(feature = "test-util")]
 pub use distribution::LeaderUnitsForTests;

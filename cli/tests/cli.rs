@@ -1457,6 +1457,14 @@ async fn completions_and_the_exit_codes_in_help() {
         Some(2),
         "an unknown shell is a usage error"
     );
+    // One table of environment variables for the library and the CLI.
+    let out = redquorum(&["--help"]).await;
+    for (var, option) in redquorum::ENV_VARS {
+        assert!(
+            text(&out).0.contains(&format!("[env: {var}")) && text(&out).0.contains(option),
+            "`--help` names {option} and {var}"
+        );
+    }
     for flag in ["--help", "-h"] {
         let out = redquorum(&[flag]).await;
         assert!(out.status.success());

@@ -24,6 +24,23 @@ pub const CERT_ENV: &str = "REDQUORUM_CERT";
 pub const KEY_ENV: &str = "REDQUORUM_KEY";
 /// Environment variable holding the server name a node's certificate must carry.
 pub const SNI_ENV: &str = "REDQUORUM_SNI";
+/// Environment variable pinning the cluster's id ([`Config::with_cluster_id`]).
+pub const CLUSTER_ENV: &str = "REDQUORUM_CLUSTER";
+/// Environment variable attesting that every node runs `appendfsync always`
+/// ([`Config::with_fsync_always_attested`]): set and not `0`, `false`, `no`, `off` or empty.
+pub const ATTEST_FSYNC_ENV: &str = "REDQUORUM_ATTEST_FSYNC_ALWAYS";
+
+/// Every environment variable [`Config::from_env`] reads, with the CLI option that reads the
+/// same variable: one table for both (the CLI's `--help` names each).
+pub const ENV_VARS: &[(&str, &str)] = &[
+    (NODES_ENV, "--nodes"),
+    (CLUSTER_ENV, "--cluster"),
+    (ATTEST_FSYNC_ENV, "--attest-fsync-always"),
+    (CACERT_ENV, "--cacert"),
+    (CERT_ENV, "--cert"),
+    (KEY_ENV, "--key"),
+    (SNI_ENV, "--sni"),
+];
 
 /// The largest number of nodes a client accepts.
 pub const MAX_NODES: usize = 63;
@@ -190,19 +207,38 @@ impl Config {
         Config::from_urls(list.split(',').map(str::trim).filter(|s| !s.is_empty()))
     }
 
-    /// Read the node list from [`NODES_ENV`] (`REDQUORUM_NODES`), and the TLS settings from
-    /// [`CACERT_ENV`], [`CERT_ENV`], [`KEY_ENV`] and [`SNI_ENV`] where they are set (see
-    /// [`with_tls_env`](Config::with_tls_env)).
+    /// Read every variable of [`ENV_VARS`], as the CLI does: the node list from
+    /// [`NODES_ENV`] (`REDQUORUM_NODES`), the cluster pin from [`CLUSTER_ENV`], the fsync
+    /// attestation from [`ATTEST_FSYNC_ENV`], and the TLS settings from [`CACERT_ENV`],
+    /// [`CERT_ENV`], [`KEY_ENV`] and [`SNI_ENV`] (see [`with_tls_env`](Config::with_tls_env)),
+    /// each where it is set and not empty.
     ///
     /// # Errors
-    /// As [`from_list`](Config::from_list) and [`with_tls_env`](Config::with_tls_env);
-    /// [`ConfigError::EnvMissing`] when `REDQUORUM_NODES` is not set.
+    /// As [`from_list`](Config::from_list), [`with_cluster_id`](Config::with_cluster_id) and
+    /// [`with_tls_env`](Config::with_tls_env); [`ConfigError::EnvMissing`] when
+    /// `REDQUORUM_NODES` is not set; [`ConfigError::EnvNotUnicode`] when a variable is not
+    /// UTF-8.
     pub fn from_env() -> Result<Config, ConfigError> {
-        match std::env::var(NODES_ENV) {
-            Ok(list) => Config::from_list(&list)?.with_tls_env(),
-            Err(std::env::VarError::NotPresent) => Err(ConfigError::EnvMissing),
+        let var = |name: &str| match std::env::var(name) {
+            Ok(v) if v.trim().is_empty() => Ok(None),
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode),
+        };
+        let mut config = match var(NODES_ENV)? {
+            Some(list) => Config::from_list(&list)?.with_tls_env()?,
+            None => return Err(ConfigError::EnvMissing),
+        };
+        if let Some(id) = var(CLUSTER_ENV)? {
+            config = config.with_cluster_id(&id)?;
         }
+        if let Some(v) = var(ATTEST_FSYNC_ENV)? {
+            let off = ["0", "false", "no", "off"]
+                .iter()
+                .any(|f| v.trim().eq_ignore_ascii_case(f));
+            config = config.with_fsync_always_attested(!off);
+        }
+        Ok(config)
     }
 
     /// Apply the TLS settings named by [`CACERT_ENV`], [`CERT_ENV`] with [`KEY_ENV`], and

@@ -153,6 +153,18 @@ impl Client {
                 Adoption::Unknown => Origin::Unknown,
             }
         };
+        // A pinned operator's change must start from, or resume towards, the pinned cluster.
+        if let (Some(pin), Origin::Fresh(from, new) | Origin::Resumed(from, new)) =
+            (&self.inner.config.cluster_pin, &origin)
+        {
+            if *pin != from.id && *pin != new.id {
+                return Err(Error::Config(ConfigError::ClusterMismatch(format!(
+                    "this client is pinned to cluster {pin}, but the change found is from \
+                     cluster {} to cluster {}",
+                    from.id, new.id
+                ))));
+            }
+        }
         match origin {
             Origin::Fresh(from, new) => Ok((from, new, self.clone())),
             Origin::Resumed(from, new) if adoption.id() == Some(from.id.as_str()) => {
