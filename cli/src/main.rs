@@ -774,28 +774,18 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
     // per-node and the connect deadline, so a range error names the option.
     config.validate().map_err(|e| match e {
         ConfigError::DurationOutOfRange {
-            name: "node_timeout" | "connect_timeout",
+            name: name @ ("node_timeout" | "connect_timeout" | "operation_timeout"),
             value,
             min,
             max,
         } => setting_error(
-            "--node-timeout",
+            if name == "operation_timeout" {
+                "--operation-timeout"
+            } else {
+                "--node-timeout"
+            },
             format!(
-                "{} is outside the allowed range {}..={} (node_timeout)",
-                humantime::format_duration(value),
-                humantime::format_duration(min),
-                humantime::format_duration(max)
-            ),
-        ),
-        ConfigError::DurationOutOfRange {
-            name: "operation_timeout",
-            value,
-            min,
-            max,
-        } => setting_error(
-            "--operation-timeout",
-            format!(
-                "{} is outside the allowed range {}..={}",
+                "{} is outside the allowed range {}..={} ({name})",
                 humantime::format_duration(value),
                 humantime::format_duration(min),
                 humantime::format_duration(max)
@@ -820,26 +810,27 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
             config = abort_change_at(config, phase)?;
         }
         let change = Client::change_node_list(config, target).await?;
-        if change.done_before {
-            println!(
-                "cluster {} ({}) was already replaced by cluster {} ({}): {} new nodes marked, nothing to do",
-                change.from.id,
-                change.from.describe(),
-                change.to.id,
-                change.to.describe(),
-                change.marked
-            );
+        let (verb, outcome) = if change.done_before {
+            (
+                "was already replaced",
+                format!("{} new nodes marked, nothing to do", change.marked),
+            )
         } else {
-            println!(
-                "cluster {} ({}) replaced by cluster {} ({}): {} old nodes sealed, {} new nodes marked",
-                change.from.id,
-                change.from.describe(),
-                change.to.id,
-                change.to.describe(),
-                change.sealed,
-                change.marked
-            );
-        }
+            (
+                "replaced",
+                format!(
+                    "{} old nodes sealed, {} new nodes marked",
+                    change.sealed, change.marked
+                ),
+            )
+        };
+        println!(
+            "cluster {} ({}) {verb} by cluster {} ({}): {outcome}",
+            change.from.id,
+            change.from.describe(),
+            change.to.id,
+            change.to.describe(),
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let client = Client::connect(config.clone()).await?;

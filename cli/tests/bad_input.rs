@@ -635,6 +635,15 @@ fn table(fx: &Fixtures<'_>) -> Vec<Row> {
             &["node_timeout", "outside the allowed range"],
         ),
         usage(
+            "duration: --operation-timeout 2h",
+            &["--nodes", live, "--operation-timeout", "2h", "ping"],
+            &[
+                "--operation-timeout",
+                "operation_timeout",
+                "outside the allowed range",
+            ],
+        ),
+        usage(
             "duration: --node-timeout abc",
             &["--nodes", live, "--node-timeout", "abc", "ping"],
             &["--node-timeout", "'abc'"],
