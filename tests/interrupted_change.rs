@@ -296,3 +296,30 @@ async fn without_the_completion_stamp_a_stale_rerun_brings_the_old_state_back() 
          marks a majority ({marked} marked): if not, this test has no teeth"
     );
 }
+
+/// A resumed change's old-list client adopts the old cluster exactly, past the usual
+/// adoption: the operator's pin must still be checked against the change's two clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_change_pinned_to_neither_of_its_clusters_is_refused() {
+    init_tracing();
+    let cluster = Cluster::start(4).await;
+    let all = cluster.urls();
+    let (old, new) = (
+        all[..3].to_vec(),
+        vec![all[0].clone(), all[1].clone(), all[3].clone()],
+    );
+    Client::connect(config(&old, true)).await.expect("old");
+    interrupt_at(&old, &new, CopyEvent::Marked, 1).await;
+    let pinned = config(&old, true)
+        .with_cluster_id("00000000000000ff")
+        .expect("an id");
+    let refused = Client::change_node_list(pinned, config(&new, true)).await;
+    assert!(
+        matches!(refused, Err(Error::Config(_))),
+        "a pin naming neither cluster refuses the resumed change: {refused:?}"
+    );
+    let change = Client::change_node_list(config(&old, true), config(&new, true))
+        .await
+        .expect("the unpinned re-run finishes the change");
+    assert!(!change.done_before);
+}
