@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds a local Docker image that runs the host's Debian redis-server, without any
-# image registry: the binary and the shared libraries `ldd` lists are copied into a
-# minimal root filesystem which is then `docker import`ed.
+# Builds a local Docker image that runs the host's Debian redis-server (or valkey-server),
+# without any image registry: the binary and the shared libraries `ldd` lists are copied into
+# a minimal root filesystem which is then `docker import`ed.
 #
 # Usage: scripts/build-redis-image.sh [--force]
 #
-#   REDQUORUM_REDIS_IMAGE  image to build or use ("name:tag"), default redquorum-redis:7.0
+#   REDQUORUM_TEST_SERVER  the server to put in the image (a name on PATH or a path), default
+#                          redis-server; valkey-server builds the Valkey image (installed by
+#                          scripts/install-valkey.sh when missing)
+#   REDQUORUM_REDIS_IMAGE  image to build or use ("name:tag"), default redquorum-redis:7.0, or
+#                          redquorum-valkey:8.0 when the server is Valkey (the testkit's defaults)
 #   --force                rebuild even if the image exists (only images this script made)
 #
 # Idempotent: an existing image is kept (and only checked with `--version`). An image under
@@ -13,7 +17,15 @@
 # touched, not even with --force.
 set -euo pipefail
 
-IMAGE="${REDQUORUM_REDIS_IMAGE:-redquorum-redis:7.0}"
+PROGRAM="${REDQUORUM_TEST_SERVER:-redis-server}"
+# The name the server runs under inside the image (its entrypoint): redis-server or
+# valkey-server. Both pick their mode from argv[0] and take the same flags.
+NAME="$(basename "$PROGRAM")"
+case "$NAME" in
+    *valkey*) VALKEY=1 DEFAULT_IMAGE=redquorum-valkey:8.0 ;;
+    *) VALKEY=0 DEFAULT_IMAGE=redquorum-redis:7.0 ;;
+esac
+IMAGE="${REDQUORUM_REDIS_IMAGE:-$DEFAULT_IMAGE}"
 OLD_ID=""
 LABEL_KEY="org.redquorum.testkit-image"
 FORCE=0
@@ -22,7 +34,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         -h | --help)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -43,7 +55,7 @@ verify() {
     log "checking that $IMAGE runs: docker run --rm --network none $IMAGE --version"
     local out
     if ! out="$(docker run --rm --network none "$IMAGE" --version 2>&1)"; then
-        echo "build-redis-image: image $IMAGE does not run redis-server --version:" >&2
+        echo "build-redis-image: image $IMAGE does not run $NAME --version:" >&2
         echo "$out" >&2
         exit 1
     fi
@@ -66,16 +78,22 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
     OLD_ID="$(docker image inspect --format '{{.Id}}' "$IMAGE")"
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    log "redis-server not found; installing Debian's redis-server"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update
-    apt-get install -y --no-install-recommends redis-server
+if ! command -v "$PROGRAM" >/dev/null 2>&1; then
+    if [[ "$VALKEY" -eq 1 ]]; then
+        log "$PROGRAM not found; installing Valkey from bookworm-backports"
+        "$(dirname "$0")/install-valkey.sh"
+    else
+        log "$PROGRAM not found; installing Debian's redis-server"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update
+        apt-get install -y --no-install-recommends redis-server
+    fi
 fi
 
-# Debian's /usr/bin/redis-server is a symlink to redis-check-rdb; we copy the real file
-# under the name redis-server (redis picks its mode from argv[0]).
-SERVER="$(command -v redis-server)"
+# Debian's /usr/bin/redis-server is a symlink to redis-check-rdb (valkey-server to
+# valkey-check-rdb); we copy the real file under the server's name (it picks its mode from
+# argv[0]).
+SERVER="$(command -v "$PROGRAM")"
 log "using $SERVER ($("$SERVER" --version))"
 
 WORK="$(mktemp -d)"
@@ -84,8 +102,8 @@ ROOT="$WORK/rootfs"
 mkdir -p "$ROOT/usr/bin" "$ROOT/data" "$ROOT/tmp" "$ROOT/etc"
 chmod 1777 "$ROOT/tmp"
 
-cp -L "$SERVER" "$ROOT/usr/bin/redis-server"
-chmod 0755 "$ROOT/usr/bin/redis-server"
+cp -L "$SERVER" "$ROOT/usr/bin/$NAME"
+chmod 0755 "$ROOT/usr/bin/$NAME"
 
 # Every library ldd resolves, at the same path, dereferenced; plus the dynamic loader
 # (the line without "=>", e.g. /lib64/ld-linux-x86-64.so.2). linux-vdso has no file.
@@ -102,7 +120,7 @@ while IFS= read -r lib; do
     mkdir -p "$ROOT$(dirname "$lib")"
     cp -L "$lib" "$ROOT$lib"
 done <<<"$libs"
-log "copied redis-server and $(wc -l <<<"$libs") libraries"
+log "copied $NAME and $(wc -l <<<"$libs") libraries"
 
 # Minimal identity files, so that getpwuid(0) and friends answer.
 printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ROOT/etc/passwd"
@@ -114,10 +132,10 @@ log "importing rootfs as $IMAGE"
 tar -C "$ROOT" --numeric-owner --owner=0 --group=0 -cf "$WORK/rootfs.tar" .
 docker import \
     --change 'WORKDIR /data' \
-    --change 'ENTRYPOINT ["/usr/bin/redis-server"]' \
+    --change "ENTRYPOINT [\"/usr/bin/$NAME\"]" \
     --change 'EXPOSE 6379' \
     --change "LABEL $LABEL_KEY=1" \
-    --message "redis-server from the host ($("$SERVER" --version | awk '{print $3}'))" \
+    --message "$NAME from the host ($("$SERVER" --version | awk '{print $3}'))" \
     "$WORK/rootfs.tar" "$IMAGE" >/dev/null
 log "built $IMAGE ($(docker image inspect --format '{{.Size}}' "$IMAGE") bytes)"
 if [[ -n "$OLD_ID" && "$OLD_ID" != "$(docker image inspect --format '{{.Id}}' "$IMAGE")" ]]; then

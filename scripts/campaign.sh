@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The fault campaign: local redis-server nodes, workload processes and redquorum CLI processes
-# under a seeded schedule of faults, their histories checked. Prints a summary; the last line is
-# exactly `campaign: seed=<s> operations=<n> faults=<n> violations=<n>`; exits non-zero when a
+# The fault campaign: local redis-server nodes (or the REDQUORUM_TEST_SERVER program, e.g.
+# valkey-server), workload processes and redquorum CLI processes under a seeded schedule of
+# faults, their histories checked. Prints a summary; the last line is exactly
+# `campaign: seed=<s> operations=<n> faults=<n> violations=<n>`; exits non-zero when a
 # violation was found.
 #
 # Usage: scripts/campaign.sh [--quick | --long] [--seed S] [--plant BUG] [--duration 90s] ...
@@ -11,11 +12,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "campaign: installing Debian's redis-server"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+# The nodes run REDQUORUM_TEST_SERVER (a name on PATH or a path; default redis-server), e.g.
+# valkey-server for the Valkey pass (scripts/valkey-tests.sh).
+server="${REDQUORUM_TEST_SERVER:-redis-server}"
+if ! command -v "$server" >/dev/null 2>&1; then
+    case "$(basename "$server")" in
+        *valkey*)
+            echo "campaign: installing Valkey from bookworm-backports"
+            scripts/install-valkey.sh
+            ;;
+        *)
+            echo "campaign: installing Debian's redis-server"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+            ;;
+    esac
 fi
 if ! command -v cc >/dev/null 2>&1; then
     echo "campaign: a C compiler (cc) is needed for the LD_PRELOAD shims" >&2

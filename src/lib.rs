@@ -90,7 +90,10 @@ pub use distribution::{
     distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolSettings, PoolTable,
     TableInputs, UnitTable, Units, MAX_WEIGHT,
 };
-pub use election::{Election, JobOptions, JobOutcome, LeaderInfo, Leadership, PeriodicJob};
+pub use election::{
+    Election, JobOptions, JobOutcome, LeadSummary, LeaderInfo, Leadership, PeriodRun, PeriodStart,
+    PeriodicJob,
+};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};
 pub use id::{

@@ -130,8 +130,16 @@ fn short(run_id: &str) -> &str {
 /// What one node reported about itself, as parsed from `INFO` and `CONFIG GET`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
-    /// `redis_version`.
+    /// `redis_version`: the Redis version the server is compatible with (Redis's own version;
+    /// Valkey 8 reports `7.2.4` here, its own version in
+    /// [`server_version`](Self::server_version)). The [`Finding::OldVersion`] check reads it.
     pub version: Option<String>,
+    /// The server's own name: INFO's `server_name` (`valkey`), else `redis` when INFO has
+    /// `redis_version` (Redis has no `server_name`). See [`server_label`](Self::server_label).
+    pub server: Option<String>,
+    /// The server's own version: `<server_name>_version` (`valkey_version`, e.g. `8.0.1`),
+    /// else `redis_version`.
+    pub server_version: Option<String>,
     /// `run_id`: changes on every restart.
     pub run_id: Option<String>,
     /// `aof_enabled`.
@@ -184,8 +192,11 @@ impl Probe {
             .lines()
             .filter_map(|l| l.trim_end_matches('\r').split_once(':'))
             .collect();
+        let (server, server_version) = server_identity(&fields);
         Probe {
             version: fields.get("redis_version").map(|s| s.to_string()),
+            server,
+            server_version,
             run_id: fields.get("run_id").map(|s| s.to_string()),
             aof_enabled: fields.get("aof_enabled").map(|s| *s == "1"),
             aof_last_write_status: fields.get("aof_last_write_status").map(|s| s.to_string()),
@@ -197,6 +208,16 @@ impl Probe {
             latency: Duration::ZERO,
             clock_offset_ms: None,
         }
+    }
+
+    /// The server and its own version, as `check` shows them: `redis 7.0.15`, `valkey 8.0.1`
+    /// (`?` for a version the server did not report); `None` when INFO named no server.
+    pub fn server_label(&self) -> Option<String> {
+        let server = self.server.as_deref()?;
+        Some(format!(
+            "{server} {}",
+            self.server_version.as_deref().unwrap_or("?")
+        ))
     }
 
     /// The findings this probe supports on its own (without comparing with other nodes or
@@ -241,6 +262,30 @@ impl Probe {
             }
         }
         out
+    }
+}
+
+/// The server's own name and version from INFO's fields, by field, never by a message: a
+/// server that names itself (`server_name:valkey`) gives its version in `<name>_version`
+/// (`valkey_version:8.0.1`; its `redis_version` is a compatibility string); Redis names
+/// itself nowhere and gives `redis_version`.
+fn server_identity(fields: &HashMap<&str, &str>) -> (Option<String>, Option<String>) {
+    let field = |name: &str| {
+        fields
+            .get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    match field("server_name") {
+        Some(name) => {
+            let version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
+            (Some(name), version)
+        }
+        None => {
+            let version = field("redis_version");
+            (version.as_ref().map(|_| "redis".to_string()), version)
+        }
     }
 }
 
@@ -330,6 +375,39 @@ mod tests {
         assert_eq!(safe_probe().findings(false), vec![]);
         assert_eq!(safe_probe().version.as_deref(), Some("7.0.15"));
         assert_eq!(safe_probe().run_id.as_deref(), Some("abcdef0123456789"));
+    }
+
+    /// What Valkey 8.0.1 answers to `INFO server persistence memory` (abridged, the fields in
+    /// their order).
+    const VALKEY_INFO: &str = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\nredis_git_sha1:00000000\r\nserver_mode:standalone\r\nrun_id:0123456789abcdef\r\n# Persistence\r\naof_enabled:1\r\naof_last_write_status:ok\r\n# Memory\r\nmaxmemory_policy:noeviction\r\n";
+
+    #[test]
+    fn the_server_is_named_by_its_own_fields() {
+        let redis = safe_probe();
+        assert_eq!(redis.server.as_deref(), Some("redis"));
+        assert_eq!(redis.server_version.as_deref(), Some("7.0.15"));
+        assert_eq!(redis.server_label().as_deref(), Some("redis 7.0.15"));
+
+        let valkey = Probe::from_info(VALKEY_INFO);
+        assert_eq!(valkey.server.as_deref(), Some("valkey"));
+        assert_eq!(valkey.server_version.as_deref(), Some("8.0.1"));
+        assert_eq!(valkey.server_label().as_deref(), Some("valkey 8.0.1"));
+        // The compatibility version stays what the version check reads: 7.2 is new enough.
+        assert_eq!(valkey.version.as_deref(), Some("7.2.4"));
+        let mut valkey = valkey;
+        valkey.appendfsync = Ok("always".into());
+        valkey.no_appendfsync_on_rewrite = Some(false);
+        assert_eq!(valkey.findings(false), vec![]);
+
+        // A server that names itself without a version of its own: its redis_version.
+        let other = Probe::from_info("server_name:keyvalue\r\nredis_version:7.2.0\r\n");
+        assert_eq!(other.server_label().as_deref(), Some("keyvalue 7.2.0"));
+        let unversioned = Probe::from_info("server_name:valkey\r\n");
+        assert_eq!(unversioned.server_label().as_deref(), Some("valkey ?"));
+        // INFO without a server section names nobody.
+        let bare = Probe::from_info("# Persistence\r\naof_enabled:1\r\n");
+        assert_eq!((bare.server, bare.server_version), (None, None));
+        assert_eq!(Probe::from_info("").server_label(), None);
     }
 
     #[test]

@@ -816,3 +816,91 @@ async fn a_one_shot_caller_takes_over_a_crashed_holders_lease_and_yields_to_a_li
     );
     assert!(taken.is_held(), "the holder still holds");
 }
+
+/// `holder()` says when a holder looks abandoned, from the reader's own readings only: a first
+/// read cannot tell; a live holder (extending every TTL/3) never looks abandoned however long
+/// it is watched; a crashed holder's lease (no release, no extension) looks abandoned once the
+/// reader has seen it unchanged for the TTL plus drift, though it is still named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_says_a_crashed_holder_looks_abandoned_after_its_ttl_and_a_live_one_never() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let ttl = Duration::from_secs(1);
+    let live = Lock::new(&client(cluster.urls()).await, "live", ttl)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+
+    // A first read has no history.
+    let reader = Lock::new(&client(cluster.urls()).await, "live", ttl).unwrap();
+    let first = reader.holder().await.unwrap().expect("held");
+    assert_eq!(first.token, live.token());
+    assert_eq!(first.unchanged_for, None, "one read cannot tell: {first:?}");
+    assert!(!first.looks_abandoned());
+
+    // Read over two TTLs: the live holder's extensions keep the span short.
+    let started = Instant::now();
+    let mut longest = Duration::ZERO;
+    while started.elapsed() < ttl * 2 {
+        let h = reader.holder().await.unwrap().expect("still held");
+        assert!(
+            !h.looks_abandoned(),
+            "a live holder looked abandoned: {h:?}"
+        );
+        longest = longest.max(h.unchanged_for.expect("a history by now"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("live holder: unchanged for at most {}", ms(longest));
+    assert!(
+        longest < ttl * 2 / 3,
+        "a live holder extends every TTL/3: unchanged for {}",
+        ms(longest)
+    );
+    // A fresh reader watching it tells it is alive within about an extension interval.
+    let fresh = Lock::new(&client(cluster.urls()).await, "live", ttl).unwrap();
+    let started = Instant::now();
+    let h = fresh.holder_watching(ttl * 5).await.unwrap().expect("held");
+    let told = started.elapsed();
+    println!("a watching read told a live holder after {}", ms(told));
+    assert!(!h.looks_abandoned() && h.unchanged_for.is_some(), "{h:?}");
+    assert!(told < ttl * 2 / 3, "told after {}", ms(told));
+
+    // The holder's process dies: no release, no extension.
+    let crashed = client(cluster.urls()).await;
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard = Lock::with_options(&crashed, "crashed", ttl, manual)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let token = guard.token();
+    std::mem::forget(guard);
+    drop(crashed);
+    let watcher = Lock::new(&client(cluster.urls()).await, "crashed", ttl).unwrap();
+    let started = Instant::now();
+    let h = watcher
+        .holder_watching(ttl * 5)
+        .await
+        .unwrap()
+        .expect("a crashed holder is still named");
+    let told = started.elapsed();
+    println!(
+        "a crashed holder looked abandoned after {} (unchanged {:?})",
+        ms(told),
+        h.unchanged_for
+    );
+    assert_eq!(h.token, token);
+    assert!(h.looks_abandoned(), "{h:?}");
+    assert!(h.unchanged_for.is_some_and(|u| u >= ttl), "{h:?}");
+    assert!(
+        told >= ttl && told < ttl * 2,
+        "abandoned after about the TTL plus drift: {}",
+        ms(told)
+    );
+    // The same handle's next single read still says so; a fresh handle's cannot.
+    assert!(watcher.holder().await.unwrap().unwrap().looks_abandoned());
+    let single = Lock::new(&client(cluster.urls()).await, "crashed", ttl).unwrap();
+    assert!(!single.holder().await.unwrap().unwrap().looks_abandoned());
+    assert!(live.is_held());
+}

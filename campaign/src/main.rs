@@ -1,6 +1,7 @@
 //! `rq-campaign`: the fault campaign (`scripts/campaign.sh`).
 //!
-//! `rq-campaign run [--seed S] [--quick|--long]` starts local `redis-server` nodes, workload
+//! `rq-campaign run [--seed S] [--quick|--long]` starts local `redis-server` nodes (or the
+//! server env `REDQUORUM_TEST_SERVER` names, e.g. `valkey-server`), workload
 //! processes (`rq-campaign worker ...`) and `redquorum` CLI processes, plays a seeded fault
 //! schedule (the nemesis), checks the recorded histories and prints a summary whose last line
 //! is exactly `campaign: seed=<s> operations=<n> faults=<n> violations=<n>`. It exits 1 when a
@@ -221,7 +222,8 @@ async fn main() -> ExitCode {
                     .unwrap_or_else(|| PathBuf::from("redquorum"))
             });
             println!(
-                "campaign: seed {seed} (replay with --seed {seed}), {nodes} nodes, {} of faults{}",
+                "campaign: seed {seed} (replay with --seed {seed}), {nodes} nodes ({}), {} of faults{}",
+                redquorum_testkit::server_program(),
                 humantime::format_duration(duration),
                 plant
                     .map(|p| format!(", planted bug: {p}"))

@@ -1,4 +1,4 @@
-//! Running a command only while a lease is held: `lock run` and `election run`.
+//! Running a command only while a lease is held: `lock run`, `election run` and `job run`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -7,18 +7,49 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use redquorum::LockGuard;
 
-/// Run `command` while `guard`'s lease is held, with `env` added to its environment, in a
-/// process group of its own. Ends with the child's exit code (128+signal if a signal ended
-/// it); on loss of the lease the group gets SIGTERM, then SIGKILL once the remaining validity
-/// is used up, and the code is 4; on our own SIGTERM/SIGINT the group gets SIGTERM, 5 s (never
-/// past the lease) to end, then SIGKILL, and the code is 143/130. The caller releases the
-/// lease afterwards.
+/// How a command run under a lease ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It exited by itself with this code (128+N if signal N ended it).
+    Exited(u8),
+    /// The lease was lost: its process group was stopped (exit 4).
+    LeaseLost,
+    /// We got SIGINT (130) or SIGTERM (143): its process group was stopped.
+    Stopped(u8),
+}
+
+impl Ended {
+    /// The exit code that reports it.
+    pub(crate) fn code(self) -> ExitCode {
+        match self {
+            Ended::Exited(code) | Ended::Stopped(code) => ExitCode::from(code),
+            Ended::LeaseLost => ExitCode::from(4),
+        }
+    }
+}
+
+/// [`supervise`], reported as an exit code.
 pub(crate) async fn run_while_held(
     guard: &LockGuard,
     name: &str,
     command: &[String],
     env: &[(&str, String)],
 ) -> Result<ExitCode, redquorum::Error> {
+    supervise(guard, name, command, env).await.map(Ended::code)
+}
+
+/// Run `command` while `guard`'s lease is held, with `env` added to its environment, in a
+/// process group of its own. Ends with the child's exit code (128+signal if a signal ended
+/// it); on loss of the lease the group gets SIGTERM, then SIGKILL once the remaining validity
+/// is used up ([`Ended::LeaseLost`], code 4); on our own SIGTERM/SIGINT the group gets SIGTERM,
+/// 5 s (never past the lease) to end, then SIGKILL ([`Ended::Stopped`], 143/130). The caller
+/// releases the lease afterwards.
+pub(crate) async fn supervise(
+    guard: &LockGuard,
+    name: &str,
+    command: &[String],
+    env: &[(&str, String)],
+) -> Result<Ended, redquorum::Error> {
     use std::os::unix::process::ExitStatusExt;
 
     let (program, args) = match command.split_first() {
@@ -55,7 +86,7 @@ pub(crate) async fn run_while_held(
                 Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
                 Err(_) => 1,
             };
-            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+            Ok(Ended::Exited(u8::try_from(code).unwrap_or(1)))
         }
         reason = guard.lost() => {
             // Stop the child before anyone else can hold the lock: SIGTERM now, SIGKILL once
@@ -68,12 +99,12 @@ pub(crate) async fn run_while_held(
                 let _ = child.wait().await;
             }
             kill_group(Signal::SIGKILL); // grandchildren that outlived the child
-            Ok(ExitCode::from(4))
+            Ok(Ended::LeaseLost)
         }
         code = stop_signal() => {
             kill_group(Signal::SIGTERM);
             stop_within_lease(&mut child, guard, kill_group).await;
-            Ok(ExitCode::from(code))
+            Ok(Ended::Stopped(code))
         }
     }
 }

@@ -18,7 +18,9 @@ use crate::{child, default_id, parse_duration};
 pub(crate) enum ElectionCommand {
     /// Print the leader of election NAME, then one line per change, until SIGINT/SIGTERM or
     /// until stdout is closed (exit 0): `leader=<candidate> term=<t>`, or `no leader`. Like `etcdctl elect --listen`. A
-    /// crashed leader stays named until a campaigning candidate takes its lease over.
+    /// crashed leader stays named until a campaigning candidate takes its lease over; once
+    /// its lease stayed unchanged for its TTL plus drift, its line is printed again with
+    /// ` abandoned` at the end.
     Observe {
         /// The election name.
         name: String,
@@ -220,6 +222,8 @@ async fn campaign(
     let info = redquorum::LeaderInfo {
         candidate: election.candidate().to_string(),
         term: leadership.term(),
+        ttl: candidacy.ttl,
+        unchanged_for: None,
     };
     // Leadership is held even if nobody reads stdout: only a signal or a loss ends it.
     let _ = output::leader(format, name, Some(&info));

@@ -16,6 +16,7 @@ use redquorum::{Client, Config, ConfigError, SafetyMode};
 mod output;
 mod child;
 mod election;
+mod job;
 mod metrics;
 mod record;
 
@@ -30,18 +31,20 @@ macro_rules! exit_codes {
         "\
 Exit codes:
   0        success; lock holder: the lock is held; the watchers (index watch, dist watch,
-           election observe) and election campaign: stopped by SIGINT/SIGTERM
+           election observe) and election campaign: stopped by SIGINT/SIGTERM; job run: the
+           command exited 0 (the period is recorded), or the period was done already
   1        check: not every node is reachable and safe, or the Redis user lacks a permission
            the checked features need; lock holder: no holder;
            cluster show: no cluster descriptor readable yet
   2        error: bad input or option (usage errors too), no majority, I/O
   3        lock run: lock not acquired (held, or --wait elapsed); election run/campaign: not
-           elected within --wait
-  4        lock run, election run/campaign: the lease (leadership) was lost; the command's
-           process group was stopped
-  130/143  lock run, election run: stopped by SIGINT/SIGTERM (the command's group too)
-  other    lock run, election run: the command's own exit code, 128+N if signal N ended it
-           (a command's own 1-4 cannot be told from the codes above)"
+           elected within --wait; job run: another host holds the job (command not run)
+  4        lock run, election run/campaign, job run: the lease (leadership) was lost; the
+           command's process group was stopped
+  130/143  lock run, election run, job run: stopped by SIGINT/SIGTERM (the command's group too)
+  other    lock run, election run, job run: the command's own exit code, 128+N if signal N
+           ended it (a command's own 1-4 cannot be told from the codes above; job run records
+           the period only on 0)"
     };
 }
 
@@ -162,6 +165,9 @@ enum Command {
     /// Leader election: observe the leader, campaign, or run a command while leader.
     #[command(subcommand)]
     Election(ElectionCommand),
+    /// Periodic jobs: run a command once per period across hosts (cron on every host).
+    #[command(subcommand)]
+    Job(job::JobCommand),
     /// Print a shell completion script, e.g. `redquorum completions bash >
     /// /etc/bash_completion.d/redquorum`.
     Completions {
@@ -364,11 +370,17 @@ enum LockCommand {
     },
     /// Print who holds lock NAME according to a majority: `holder=<h> token=<t> version=<v>
     /// ttl=<ms>ms`, or `no holder`. Exit 0 when held, 1 when not. A crashed holder stays
-    /// named until another client takes the lease over (watch `version`: it changes at every
-    /// extension of a live holder).
+    /// named until another client takes the lease over; with --watch the line goes on with
+    /// ` unchanged=<ms>ms` (how long the lease stayed unchanged) and ` abandoned` when it
+    /// stayed unchanged for its TTL plus drift (a live holder extends every TTL/3).
     Holder {
         /// The lock name.
         name: String,
+        /// Watch the lease for up to this long to tell a live holder from an abandoned one;
+        /// returns as soon as it can tell (a watch of the TTL plus 1 % plus 2 ms always can).
+        /// 0 reads once (one read cannot tell).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        watch: Duration,
     },
 }
 
@@ -645,12 +657,13 @@ fn precheck(command: &Command) -> Result<(), Failure> {
                 name("unit", unit)?;
             }
         }
-        Command::Lock(LockCommand::Holder { name: lock }) => name("lock", lock)?,
+        Command::Lock(LockCommand::Holder { name: lock, .. }) => name("lock", lock)?,
         Command::Election(e) => {
             if let Some(program) = election::precheck(e)? {
                 find_program(program)?;
             }
         }
+        Command::Job(j) => job::precheck(j)?,
         Command::Ping | Command::Cluster(_) | Command::Completions { .. } => {}
     }
     Ok(())
@@ -862,10 +875,11 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
         }
         Command::Acl { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
         Command::Election(command) => Ok(election::run(&client, command, format).await?),
+        Command::Job(command) => job::run(&client, command).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
-        Command::Lock(LockCommand::Holder { name }) => {
+        Command::Lock(LockCommand::Holder { name, watch }) => {
             let holder = redquorum::Lock::new(&client, &name, Duration::from_secs(10))?
-                .holder()
+                .holder_watching(watch)
                 .await?;
             Ok(output::holder(format, &name, holder.as_ref()))
         }
@@ -1060,32 +1074,22 @@ async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCod
         .max()
         .unwrap_or(3)
         .max(3);
-    println!(
-        "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {:>12} findings",
-        "node", "url", "status", "votes", "version", "latency", "run_id", "clock"
-    );
     // Each node's wall clock against the median: shown for operators, never used to decide.
     let skews =
         redquorum::clock_skews(&reports.iter().map(|r| r.probe.as_ref()).collect::<Vec<_>>());
+    let rows: Vec<[String; 4]> = reports.iter().zip(skews).map(check_cells).collect();
+    // The server and its own version ("redis 7.0.15", "valkey 8.0.1"), as wide as the widest.
+    let version_width = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(8);
+    println!(
+        "{:<6} {:<url_width$} {:<6} {:<5} {:<version_width$} {:>9} {:<8} {:>12} findings",
+        "node", "url", "status", "votes", "version", "latency", "run_id", "clock"
+    );
     let mut all_safe = true;
-    for (r, skew) in reports.iter().zip(skews) {
-        let clock = skew.map_or_else(|| "-".to_string(), |ms| format!("{ms:+}ms"));
+    for (r, [version, latency, run_id, clock]) in reports.iter().zip(rows) {
         let safe = r.is_safe();
         all_safe &= safe;
-        let (version, latency, run_id) = match &r.probe {
-            Some(p) => (
-                p.version.clone().unwrap_or_else(|| "?".into()),
-                format!("{:.2}ms", p.latency.as_secs_f64() * 1e3),
-                p.run_id
-                    .as_deref()
-                    .and_then(|id| id.get(..8))
-                    .unwrap_or("?")
-                    .to_string(),
-            ),
-            None => ("-".into(), "-".into(), "-".into()),
-        };
         println!(
-            "{:<6} {:<url_width$} {:<6} {:<5} {:<8} {:>9} {:<8} {:>12} {}",
+            "{:<6} {:<url_width$} {:<6} {:<5} {:<version_width$} {:>9} {:<8} {:>12} {}",
             r.node.to_string(),
             r.url,
             if safe {
@@ -1103,8 +1107,52 @@ async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCod
             r.summary()
         );
     }
+    let permitted = print_permission_problems(&permissions);
+    let n = reports.len();
+    let voting = reports.iter().filter(|r| r.votes).count();
+    let needed = client.majority().needed();
+    println!(
+        "{voting} of {n} nodes vote; a majority needs {needed}; {}",
+        if all_safe {
+            "all nodes safe"
+        } else {
+            "NOT all nodes are safe and reachable"
+        }
+    );
+    if all_safe && permitted {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// One node's version, latency, run_id and clock cells in `check`'s table: the version is the
+/// server and its own version (`valkey 8.0.1`; Redis's compatibility `redis_version` when the
+/// node named no server), `-` for a node that did not answer.
+fn check_cells((r, skew): (&redquorum::NodeReport, Option<i64>)) -> [String; 4] {
+    let clock = skew.map_or_else(|| "-".to_string(), |ms| format!("{ms:+}ms"));
+    match &r.probe {
+        Some(p) => [
+            p.server_label()
+                .or_else(|| p.version.clone())
+                .unwrap_or_else(|| "?".into()),
+            format!("{:.2}ms", p.latency.as_secs_f64() * 1e3),
+            p.run_id
+                .as_deref()
+                .and_then(|id| id.get(..8))
+                .unwrap_or("?")
+                .to_string(),
+            clock,
+        ],
+        None => ["-".into(), "-".into(), "-".into(), clock],
+    }
+}
+
+/// `check`'s lines for permissions a node's user lacks or that could not be checked; false when
+/// there was any.
+fn print_permission_problems(permissions: &[redquorum::acl::PermissionReport]) -> bool {
     let mut permitted = true;
-    for p in &permissions {
+    for p in permissions {
         match &p.missing {
             Ok(missing) if missing.is_empty() => {}
             Ok(missing) => {
@@ -1127,22 +1175,7 @@ async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCod
     if !permitted {
         println!("missing permissions: see `redquorum acl --user NAME`");
     }
-    let n = reports.len();
-    let voting = reports.iter().filter(|r| r.votes).count();
-    let needed = client.majority().needed();
-    println!(
-        "{voting} of {n} nodes vote; a majority needs {needed}; {}",
-        if all_safe {
-            "all nodes safe"
-        } else {
-            "NOT all nodes are safe and reachable"
-        }
-    );
-    if all_safe && permitted {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    permitted
 }
 
 /// `lock run`: hold the lock while the child runs; kill the child's process group on loss.

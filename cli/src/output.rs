@@ -29,14 +29,15 @@ JSON output (--output json): one document for check, id next and lock holder; JS
 campaign. Fields are only ever added, never renamed or removed. Streaming commands stop (exit 0) when
 stdout is closed.
   check:             {\"nodes\":[{\"node\",\"url\",\"status\":\"ok|unsafe|down\",\"votes\",\
-\"version\",\"latency_ms\",\"run_id\",\"clock_skew_ms\",\"findings\":[{\"severity\":\
+\"version\",\"server\",\"server_version\",\"latency_ms\",\"run_id\",\"clock_skew_ms\",\"findings\":[{\"severity\":\
 \"unsafe|warning|info\",\"finding\"}],\"missing_permissions\":[{\"permission\",\"features\"}],\"permission_error\"}],\
 \"voting\",\"total\",\"needed\",\"all_safe\",\"all_permitted\"} \
 (null where unknown)
   id next:           {\"sequence\",\"ids\":[<u64>,...]}
-  lock holder:       {\"lock\",\"held\",\"holder\",\"token\",\"version\",\"ttl_ms\"} (null when not held)
-  election observe:  {\"election\",\"leader\",\"term\"} per change (leader and term null: no leader)
-  election campaign: {\"election\",\"leader\",\"term\"} once elected
+  lock holder:       {\"lock\",\"held\",\"holder\",\"token\",\"version\",\"ttl_ms\",\"unchanged_ms\",\"abandoned\"} \
+(null when not held; unchanged_ms null without --watch)
+  election observe:  {\"election\",\"leader\",\"term\",\"abandoned\"} per change (null: no leader)
+  election campaign: {\"election\",\"leader\",\"term\",\"abandoned\"} once elected
   index watch:       {\"group\",\"version\",\"index\",\"replicas\",\"state\":\"prepare|active\"}
   dist watch:        {\"pool\",\"version\",\"state\":\"prepare|active\",\"units\":[...]}
 lock run and election run print nothing of their own; the other commands refuse --output json."
@@ -56,7 +57,14 @@ pub(crate) fn json_line(value: &Value) -> bool {
     line(&value.to_string())
 }
 
-/// `lock holder` in either format; exit 0 when held, 1 when not.
+/// Whole milliseconds, saturated.
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `lock holder` in either format; exit 0 when held, 1 when not. Text:
+/// `holder=<h> token=<t> version=<v> ttl=<ms>ms`, then ` unchanged=<ms>ms` when the lease was
+/// watched and ` abandoned` when it looks abandoned.
 pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> ExitCode {
     let _ = match format {
         Format::Json => json_line(&match holder {
@@ -66,21 +74,32 @@ pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> Exi
                 "holder": h.holder,
                 "token": h.token.get(),
                 "version": h.version,
-                "ttl_ms": u64::try_from(h.ttl.as_millis()).unwrap_or(u64::MAX),
+                "ttl_ms": millis(h.ttl),
+                "unchanged_ms": h.unchanged_for.map(millis),
+                "abandoned": h.looks_abandoned(),
             }),
             None => json!({
                 "lock": lock, "held": false, "holder": null, "token": null,
-                "version": null, "ttl_ms": null,
+                "version": null, "ttl_ms": null, "unchanged_ms": null, "abandoned": null,
             }),
         }),
         Format::Text => line(&match holder {
-            Some(h) => format!(
-                "holder={} token={} version={} ttl={}ms",
-                h.holder,
-                h.token.get(),
-                h.version,
-                h.ttl.as_millis()
-            ),
+            Some(h) => {
+                let mut text = format!(
+                    "holder={} token={} version={} ttl={}ms",
+                    h.holder,
+                    h.token.get(),
+                    h.version,
+                    h.ttl.as_millis()
+                );
+                if let Some(u) = h.unchanged_for {
+                    text.push_str(&format!(" unchanged={}ms", u.as_millis()));
+                }
+                if h.looks_abandoned() {
+                    text.push_str(" abandoned");
+                }
+                text
+            }
             None => "no holder".to_string(),
         }),
     };
@@ -91,16 +110,20 @@ pub(crate) fn holder(format: Format, lock: &str, holder: Option<&Holder>) -> Exi
     }
 }
 
-/// One leadership state: `leader=<candidate> term=<t>` / `no leader`, or its JSON object;
-/// false when stdout is gone.
+/// One leadership state: `leader=<candidate> term=<t>` (then ` abandoned` when the leader
+/// looks abandoned) / `no leader`, or its JSON object; false when stdout is gone.
 pub(crate) fn leader(format: Format, election: &str, leader: Option<&LeaderInfo>) -> bool {
     match format {
         Format::Json => json_line(&json!({
             "election": election,
             "leader": leader.map(|l| l.candidate.as_str()),
             "term": leader.map(|l| l.term.get()),
+            "abandoned": leader.map(LeaderInfo::looks_abandoned),
         })),
         Format::Text => line(&match leader {
+            Some(l) if l.looks_abandoned() => {
+                format!("leader={} term={} abandoned", l.candidate, l.term.get())
+            }
             Some(l) => format!("leader={} term={}", l.candidate, l.term.get()),
             None => "no leader".to_string(),
         }),
@@ -136,27 +159,9 @@ pub(crate) async fn check_json(client: &Client, features: &[redquorum::acl::Feat
             .map(|f| json!({ "severity": severity(f.severity()), "finding": f.to_string() }))
             .collect();
         let probe = r.probe.as_ref();
-        let checked = permissions.iter().find(|p| p.node == r.node);
-        let permission_error = match checked.map(|p| &p.missing) {
-            Some(Ok(_)) => None,
-            Some(Err(why)) => Some(why.clone()),
-            None => Some("not checked".to_string()),
-        };
-        permitted &= permission_error.is_none();
-        let missing: Vec<Value> = checked
-            .and_then(|p| p.missing.as_ref().ok())
-            .map(|m| {
-                m.iter()
-                    .map(|m| {
-                        json!({
-                            "permission": m.permission,
-                            "features": m.features.iter().map(|f| f.name()).collect::<Vec<_>>(),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        permitted &= missing.is_empty();
+        let (missing, permission_error) =
+            permission_fields(permissions.iter().find(|p| p.node == r.node));
+        permitted &= permission_error.is_none() && missing.is_empty();
         nodes.push(json!({
             "missing_permissions": missing,
             "permission_error": permission_error,
@@ -165,6 +170,8 @@ pub(crate) async fn check_json(client: &Client, features: &[redquorum::acl::Feat
             "status": status,
             "votes": r.votes,
             "version": probe.and_then(|p| p.version.clone()),
+            "server": probe.and_then(|p| p.server.clone()),
+            "server_version": probe.and_then(|p| p.server_version.clone()),
             "latency_ms": probe.map(|p| p.latency.as_secs_f64() * 1e3),
             "run_id": probe.and_then(|p| p.run_id.clone()),
             "clock_skew_ms": skew,
@@ -184,6 +191,31 @@ pub(crate) async fn check_json(client: &Client, features: &[redquorum::acl::Feat
     } else {
         ExitCode::from(1)
     }
+}
+
+/// A node's `missing_permissions` and `permission_error` (`not checked` without a report).
+fn permission_fields(
+    checked: Option<&redquorum::acl::PermissionReport>,
+) -> (Vec<Value>, Option<String>) {
+    let permission_error = match checked.map(|p| &p.missing) {
+        Some(Ok(_)) => None,
+        Some(Err(why)) => Some(why.clone()),
+        None => Some("not checked".to_string()),
+    };
+    let missing: Vec<Value> = checked
+        .and_then(|p| p.missing.as_ref().ok())
+        .map(|m| {
+            m.iter()
+                .map(|m| {
+                    json!({
+                        "permission": m.permission,
+                        "features": m.features.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (missing, permission_error)
 }
 
 fn severity(s: Severity) -> &'static str {

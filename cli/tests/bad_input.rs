@@ -537,6 +537,66 @@ fn table(fx: &Fixtures<'_>) -> Vec<Row> {
             &["cannot run", "/nonexistent/program"],
         ),
         usage(
+            "name: empty job of job run",
+            &[
+                "--nodes", live, "job", "run", "", "--period", "d", "--", "true",
+            ],
+            &["job name is empty"],
+        ),
+        usage(
+            "name: empty period of job run",
+            &[
+                "--nodes", live, "job", "run", "j", "--period", "", "--", "true",
+            ],
+            &["period name is empty"],
+        ),
+        usage(
+            "name: newline in a job period",
+            &[
+                "--nodes",
+                live,
+                "job",
+                "run",
+                "j",
+                "--period",
+                "2026-11-26\nrm -rf /",
+                "--",
+                "true",
+            ],
+            &["period name contains the control character U+000A"],
+        ),
+        usage(
+            "name: 10 kB job period",
+            &[
+                "--nodes", live, "job", "run", "j", "--period", &long_name, "--", "true",
+            ],
+            &["period name is 10240 bytes long; at most 512"],
+        ),
+        usage(
+            "duration: job run --ttl 0s",
+            &[
+                "--nodes", live, "job", "run", "j", "--period", "d", "--ttl", "0s", "--", "true",
+            ],
+            &["--ttl", "outside"],
+        ),
+        usage(
+            "program: job run of an empty program name",
+            &[
+                "--nodes", live, "job", "run", "j", "--period", "d", "--", "",
+            ],
+            &["cannot run \"\"", "no such executable"],
+        ),
+        usage(
+            "usage: job run without a command",
+            &["--nodes", live, "job", "run", "j", "--period", "d", "--"],
+            &["<COMMAND>"],
+        ),
+        usage(
+            "usage: job run without --period",
+            &["--nodes", live, "job", "run", "j", "--", "true"],
+            &["--period <P>"],
+        ),
+        usage(
             "output: --output json on ping",
             &["--nodes", live, "--output", "json", "ping"],
             &["--output json is not supported"],

@@ -66,6 +66,28 @@ pub(crate) fn watch_window(ttl: Duration) -> Duration {
     ttl + drift(ttl)
 }
 
+/// Whether a holder looks abandoned to a reader that has seen its lease unchanged on a
+/// majority for `unchanged` (see [`quiet_for`]): at least the lease's own `ttl` plus drift,
+/// the window after which a contender may take the lease over. `None` (no history) never does.
+pub(crate) fn looks_abandoned(unchanged: Option<Duration>, ttl: Duration) -> bool {
+    unchanged.is_some_and(|u| u >= watch_window(ttl))
+}
+
+/// For how long `needed` nodes have each shown the lease `value` unchanged (same version, same
+/// node incarnation), between their first and their latest reading: the `needed`-th longest of
+/// those spans. Only nodes read before their latest reading count (a single reading says
+/// nothing about how long a state lasted); `None` when fewer than `needed` such nodes show
+/// `value`. A reading that found the lease changed counts with a span of zero.
+pub(crate) fn quiet_for(watch: &Watch<KeyState>, value: &str, needed: usize) -> Option<Duration> {
+    let mut spans: Vec<Duration> = (0..watch.len())
+        .filter_map(|i| watch.span_with_history(i))
+        .filter(|(seen, _)| matches!(&seen.state, KeyState::Held { value: v, .. } if &**v == value))
+        .map(|(_, span)| span)
+        .collect();
+    spans.sort_unstable_by(|a, b| b.cmp(a));
+    spans.get(needed.checked_sub(1)?).copied()
+}
+
 /// One node's observed state, tied to the node incarnation that showed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Seen<S> {
@@ -78,8 +100,20 @@ pub(crate) struct Seen<S> {
 /// Per-node observations with the instant each one was first seen unchanged.
 #[derive(Clone, Debug)]
 pub(crate) struct Watch<S> {
-    /// Per node: what it showed, when first seen so, and when last seen so.
-    nodes: Vec<Option<(Seen<S>, Instant, Instant)>>,
+    nodes: Vec<Option<Observed<S>>>,
+}
+
+/// One node's current observation in a [`Watch`].
+#[derive(Clone, Debug)]
+struct Observed<S> {
+    /// What it showed.
+    seen: Seen<S>,
+    /// When first seen so, and when last seen so.
+    first: Instant,
+    last: Instant,
+    /// When the node was first read at all (kept across changes, until it is forgotten): a
+    /// node read only once has no history to tell how long its state lasted.
+    since: Instant,
 }
 
 impl<S: Clone + PartialEq> Watch<S> {
@@ -99,8 +133,16 @@ impl<S: Clone + PartialEq> Watch<S> {
             return;
         };
         match slot {
-            Some((old, _, last)) if *old == seen => *last = at,
-            _ => *slot = Some((seen, at, at)),
+            Some(old) if old.seen == seen => old.last = at,
+            _ => {
+                let since = slot.as_ref().map_or(at, |old| old.since);
+                *slot = Some(Observed {
+                    seen,
+                    first: at,
+                    last: at,
+                    since,
+                })
+            }
         }
     }
 
@@ -116,7 +158,7 @@ impl<S: Clone + PartialEq> Watch<S> {
         self.nodes
             .get(i)
             .and_then(Option::as_ref)
-            .map(|(s, first, _)| (s, *first))
+            .map(|o| (&o.seen, o.first))
     }
 
     /// How long node `i` has been seen unchanged, between its first and its latest reading
@@ -125,7 +167,18 @@ impl<S: Clone + PartialEq> Watch<S> {
         self.nodes
             .get(i)
             .and_then(Option::as_ref)
-            .map(|(_, first, last)| last.saturating_duration_since(*first))
+            .map(|o| o.last.saturating_duration_since(o.first))
+    }
+
+    /// Node `i`'s [`span`](Self::span), if it was read before its latest reading (so the span
+    /// says how long its state lasted: zero when it changed at the latest reading), and what
+    /// it showed.
+    pub(crate) fn span_with_history(&self, i: usize) -> Option<(&Seen<S>, Duration)> {
+        self.nodes
+            .get(i)
+            .and_then(Option::as_ref)
+            .filter(|o| o.since < o.last)
+            .map(|o| (&o.seen, o.last.saturating_duration_since(o.first)))
     }
 
     /// Whether node `i` has shown `seen` unchanged for at least `window` at `now`.
@@ -490,6 +543,59 @@ mod tests {
         assert!(asks
             .iter()
             .all(|a| matches!(a, Ask::Swap(s) if s.state == KeyState::Absent)));
+    }
+
+    #[test]
+    fn a_reader_says_how_long_a_lease_stayed_unchanged_only_from_its_own_history() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ttl = Duration::from_millis(1000);
+        let mut w = Watch::new(3);
+        // One reading: no history, so nothing can be said (a fresh process's single read).
+        for i in 0..3 {
+            w.observe(i, seen("r", held("a", 4, 1000)), at(0));
+        }
+        assert_eq!(quiet_for(&w, "a", 2), None);
+        assert!(!looks_abandoned(quiet_for(&w, "a", 2), ttl));
+        // Unchanged at the next readings: the span grows with the readings.
+        for i in 0..3 {
+            w.observe(i, seen("r", held("a", 4, 1000)), at(400));
+        }
+        assert_eq!(quiet_for(&w, "a", 2), Some(Duration::from_millis(400)));
+        // Node 2 misses a reading: the majority's span is still the other two's.
+        for i in 0..2 {
+            w.observe(i, seen("r", held("a", 4, 1000)), at(900));
+        }
+        assert_eq!(quiet_for(&w, "a", 2), Some(Duration::from_millis(900)));
+        assert!(
+            !looks_abandoned(quiet_for(&w, "a", 2), ttl),
+            "900 ms is short of the TTL plus drift (1012 ms)"
+        );
+        for i in 0..2 {
+            w.observe(i, seen("r", held("a", 4, 1000)), at(1012));
+        }
+        assert!(looks_abandoned(quiet_for(&w, "a", 2), ttl));
+        assert!(looks_abandoned(Some(watch_window(ttl)), ttl));
+        assert!(!looks_abandoned(
+            Some(watch_window(ttl) - Duration::from_millis(1)),
+            ttl
+        ));
+        // An extension reaches nodes 0 and 1: the majority's span restarts at zero (alive).
+        for i in 0..2 {
+            w.observe(i, seen("r", held("a", 5, 1000)), at(1200));
+        }
+        assert_eq!(quiet_for(&w, "a", 2), Some(Duration::ZERO));
+        // Another holder's value on a node is not this lease's: only node 2 still shows "a".
+        w.observe(0, seen("r", held("b", 1, 1000)), at(1300));
+        assert_eq!(quiet_for(&w, "b", 1), Some(Duration::ZERO));
+        // A node restarted (another incarnation): its watch starts again.
+        w.observe(1, seen("r2", held("a", 5, 1000)), at(1400));
+        assert_eq!(quiet_for(&w, "a", 2), Some(Duration::ZERO));
+        // A forgotten node has no history any more.
+        w.forget(2);
+        w.observe(2, seen("r", held("a", 5, 1000)), at(1500));
+        assert_eq!(w.span_with_history(2), None);
+        assert_eq!(quiet_for(&w, "a", 0), None, "no majority of zero");
     }
 
     #[allow(clippy::type_complexity)]

@@ -94,6 +94,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 ///   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
 ///   TTL plus one poll); [`Lock::try_acquire`] never waits, so on a fresh handle it cannot take
 ///   over an abandoned lease (the same handle remembers what it saw across calls).
+///   [`Lock::holder`] names such a holder until then; it says the holder looks abandoned
+///   ([`Holder::looks_abandoned`]) once this handle has watched the lease unchanged for its
+///   TTL plus drift ([`Lock::holder_watching`] watches).
 /// - Keys of abandoned locks stay on the nodes until a takeover or release removes them.
 ///
 /// # Timing advice

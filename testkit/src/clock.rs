@@ -16,7 +16,9 @@
 //!
 //! [`TestNode`](crate::TestNode) containers always run under it (see
 //! [`TestNode::step_clock_ms`](crate::TestNode::step_clock_ms)); [`ClockDir`] also serves a
-//! local process, e.g. a `redis-server` started with `std::process::Command`.
+//! local process, e.g. a `redis-server` started with `std::process::Command`. It works the same
+//! under `valkey-server` (8.0; env `REDQUORUM_TEST_SERVER`, see
+//! [`server_program`](crate::server_program)), which reads its clocks through the same calls.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -101,7 +103,7 @@ pub(crate) fn build_shim(name: &str, source: &str) -> PathBuf {
 /// use redquorum_testkit::clock::ClockDir;
 ///
 /// let clock = ClockDir::new(); // offset 0
-/// let mut server = std::process::Command::new("redis-server")
+/// let mut server = std::process::Command::new(redquorum_testkit::server_program())
 ///     .args(["--port", "6390", "--save", "", "--appendonly", "no"])
 ///     .envs(clock.envs())
 ///     .spawn()

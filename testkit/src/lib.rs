@@ -26,12 +26,14 @@
 //! a cluster (readiness polling, proxy latency and redis-rs timeouts would misfire).
 //!
 //! The image comes from `scripts/build-redis-image.sh` (no registry needed); see
-//! [`image_name`]. Every container is removed when its [`TestNode`] is dropped, also
+//! [`image_name`]. The server is Redis unless [`SERVER_ENV`] names Valkey
+//! (`REDQUORUM_TEST_SERVER=valkey-server`): then local processes run it and containers run
+//! [`VALKEY_IMAGE`]. Every container is removed when its [`TestNode`] is dropped, also
 //! when a test panics, also when the node is frozen.
 //!
-//! A second backend, [`LocalNodes`], runs plain `redis-server` processes on this machine (no
-//! Docker, no proxy; freeze and thaw by signal), with the same [`SAFE_ARGS`]: for benchmarks,
-//! where a container's network path would be measured too.
+//! A second backend, [`LocalNodes`], runs plain server processes ([`server_program`]) on this
+//! machine (no Docker, no proxy; freeze and thaw by signal), with the same [`SAFE_ARGS`]: for
+//! benchmarks and the fault campaign, where a container's network path would be measured too.
 //!
 //! [`checker`] holds the history checkers the tests run over what clients observed.
 #![warn(missing_docs, missing_debug_implementations)]
@@ -52,18 +54,55 @@ pub use proxy::{FaultMode, FaultProxy};
 /// The image `scripts/build-redis-image.sh` builds by default.
 pub const DEFAULT_IMAGE: &str = "redquorum-redis:7.0";
 
-/// The environment variable that overrides [`DEFAULT_IMAGE`] (same variable as the script).
+/// The image `scripts/build-redis-image.sh` builds when [`SERVER_ENV`] names Valkey, and the
+/// default image then.
+pub const VALKEY_IMAGE: &str = "redquorum-valkey:8.0";
+
+/// The environment variable that overrides the image (same variable as the script): see
+/// [`image_name`].
 pub const IMAGE_ENV: &str = "REDQUORUM_REDIS_IMAGE";
+
+/// The environment variable naming the server program: a name looked up on `PATH` or a path,
+/// default [`DEFAULT_SERVER`]. Every local process runs it ([`LocalNodes`], hence the fault
+/// campaign, and [`secure::TlsNode`]); when its file name contains `valkey` (e.g.
+/// `valkey-server`, installed by `scripts/install-valkey.sh`), container nodes default to
+/// [`VALKEY_IMAGE`] too, so this one variable switches a test run to Valkey
+/// (`scripts/valkey-tests.sh`).
+pub const SERVER_ENV: &str = "REDQUORUM_TEST_SERVER";
+
+/// The server program when [`SERVER_ENV`] is not set.
+pub const DEFAULT_SERVER: &str = "redis-server";
 
 /// Label put on every container the harness creates (value: the node's index).
 pub const CONTAINER_LABEL: &str = "org.redquorum.testkit.node";
 
-/// Image from env `REDQUORUM_REDIS_IMAGE`, else [`DEFAULT_IMAGE`] ("name:tag").
+/// Image from env `REDQUORUM_REDIS_IMAGE`, else [`VALKEY_IMAGE`] when the server is Valkey
+/// ([`server_is_valkey`]), else [`DEFAULT_IMAGE`] ("name:tag").
 pub fn image_name() -> String {
     match std::env::var(IMAGE_ENV) {
         Ok(name) if !name.trim().is_empty() => name.trim().to_string(),
+        _ if server_is_valkey() => VALKEY_IMAGE.to_string(),
         _ => DEFAULT_IMAGE.to_string(),
     }
+}
+
+/// The server program local nodes run: env [`SERVER_ENV`], else [`DEFAULT_SERVER`].
+pub fn server_program() -> String {
+    match std::env::var(SERVER_ENV) {
+        Ok(program) if !program.trim().is_empty() => program.trim().to_string(),
+        _ => DEFAULT_SERVER.to_string(),
+    }
+}
+
+/// Whether this run is against Valkey: [`server_program`]'s file name contains `valkey`.
+pub fn server_is_valkey() -> bool {
+    is_valkey_program(&server_program())
+}
+
+fn is_valkey_program(program: &str) -> bool {
+    std::path::Path::new(program)
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().contains("valkey"))
 }
 
 /// Splits "name:tag" at the last ':' ("latest" when there is no tag; a ':' that belongs
@@ -229,6 +268,16 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_valkey_program_is_known_by_its_file_name() {
+        assert!(is_valkey_program("valkey-server"));
+        assert!(is_valkey_program(
+            "/opt/redquorum-valkey/usr/bin/valkey-server"
+        ));
+        assert!(!is_valkey_program("redis-server"));
+        assert!(!is_valkey_program("/opt/valkey/bin/redis-server"));
+    }
 
     #[test]
     fn image_names_split_at_the_last_colon() {

@@ -1,5 +1,6 @@
-//! The local-process node backend: plain `redis-server` processes on this machine, started with
-//! the same [`SAFE_ARGS`](crate::SAFE_ARGS) as the container nodes.
+//! The local-process node backend: plain server processes on this machine (`redis-server`, or
+//! the program env `REDQUORUM_TEST_SERVER` names, see [`server_program`](crate::server_program)),
+//! started with the same [`SAFE_ARGS`](crate::SAFE_ARGS) as the container nodes.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,19 +14,18 @@ use crate::clock::ClockDir;
 use crate::node::pick_host_port;
 use crate::SAFE_ARGS;
 
-/// The server program, looked up on `PATH` (Debian's `redis-server`; `scripts/bench.sh` and
-/// `scripts/test.sh` install it).
-const PROGRAM: &str = "redis-server";
 /// How long a process may take to answer PING after it was spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Poll interval while waiting for readiness.
 const READY_POLL: Duration = Duration::from_millis(20);
 /// Attempts at starting one node when its process exits at start-up (its port was taken).
 const START_ATTEMPTS: usize = 5;
-/// The server's log (its stdout) inside the node's directory.
+/// The server's log (its stdout) inside the node's directory (same name under Valkey).
 const LOG_NAME: &str = "redis-server.log";
 
-/// N local `redis-server` processes, each started with [`SAFE_ARGS`](crate::SAFE_ARGS), its own
+/// N local server processes ([`server_program`](crate::server_program): Debian's
+/// `redis-server`, looked up on `PATH`, unless env `REDQUORUM_TEST_SERVER` names another, e.g.
+/// `valkey-server`), each started with [`SAFE_ARGS`](crate::SAFE_ARGS), its own
 /// temporary directory (`--dir`, the AOF directory inside) and its own 127.0.0.1 port. There is
 /// no fault proxy: clients reach the processes directly. Faults: [`freeze`](Self::freeze) and
 /// [`thaw`](Self::thaw) (SIGSTOP, SIGCONT), [`kill`](Self::kill) (SIGKILL) and
@@ -81,7 +81,7 @@ impl LocalNode {
 impl LocalNodes {
     /// Starts `n` nodes and waits until each answers PING. Blocks the calling thread (at most
     /// [`READY_TIMEOUT`] per node). Panics with the reason (and the server's last log lines)
-    /// when `redis-server` is not on `PATH` or a node does not come up.
+    /// when the server program is not found or a node does not come up.
     pub fn start(n: usize) -> LocalNodes {
         LocalNodes {
             nodes: (0..n).map(|i| start_node(i, None)).collect(),
@@ -207,7 +207,7 @@ impl LocalNodes {
         self.node(i).dir.path()
     }
 
-    /// Everything node `i`'s redis-server logged so far (useful in failure messages).
+    /// Everything node `i`'s server logged so far (useful in failure messages).
     pub fn logs(&self, i: usize) -> String {
         read_log(&self.data_dir(i).join(LOG_NAME))
     }
@@ -296,7 +296,8 @@ fn start_node(index: usize, clock: Option<ClockDir>) -> LocalNode {
         }
     }
     panic!(
-        "local node {index}: {PROGRAM} did not start after {START_ATTEMPTS} attempts: {last_error}"
+        "local node {index}: {} did not start after {START_ATTEMPTS} attempts: {last_error}",
+        crate::server_program()
     );
 }
 
@@ -309,7 +310,8 @@ fn spawn(index: usize, port: u16, dir: &Path, clock: Option<&ClockDir>) -> Resul
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("local node {index}: cannot open {log_path:?}: {e}"))?;
-    let mut command = Command::new(PROGRAM);
+    let program = crate::server_program();
+    let mut command = Command::new(&program);
     command
         .args(args(port, dir))
         .stdin(Stdio::null())
@@ -319,8 +321,10 @@ fn spawn(index: usize, port: u16, dir: &Path, clock: Option<&ClockDir>) -> Resul
     }
     let mut child = command.spawn().map_err(|e| {
         format!(
-            "local node {index}: cannot spawn {PROGRAM} ({e}): it must be on PATH \
-             (scripts/bench.sh installs Debian's redis-server)"
+            "local node {index}: cannot spawn {program} ({e}): it must be on PATH or a path \
+             (scripts/bench.sh installs Debian's redis-server, scripts/install-valkey.sh \
+             valkey-server; env {} chooses)",
+            crate::SERVER_ENV
         )
     })?;
     match wait_ready(&mut child, port) {

@@ -221,9 +221,9 @@ pub fn secure() -> Option<&'static Secure> {
         .as_ref()
 }
 
-/// A local `redis-server` process serving TLS only (safe settings, AOF with fsync always),
-/// with this PKI's server certificate: for TLS tests that need no container. Killed and
-/// its directory deleted when dropped.
+/// A local server process ([`server_program`](crate::server_program)) serving TLS only (safe
+/// settings, AOF with fsync always), with this PKI's server certificate: for TLS tests that
+/// need no container. Killed and its directory deleted when dropped.
 #[derive(Debug)]
 pub struct TlsNode {
     child: std::process::Child,
@@ -242,7 +242,8 @@ impl TlsNode {
             .unwrap_or_else(|e| panic!("cannot create a node directory: {e}"));
         let port = crate::node::pick_host_port();
         let pki_dir = pki.dir().to_string_lossy().into_owned();
-        let mut command = std::process::Command::new("redis-server");
+        let program = crate::server_program();
+        let mut command = std::process::Command::new(&program);
         command
             .args(crate::SAFE_ARGS)
             .arg("--dir")
@@ -254,7 +255,7 @@ impl TlsNode {
             .stderr(std::process::Stdio::null());
         let child = command
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start redis-server (is it installed?): {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {program} (is it installed?): {e}"));
         let node = TlsNode {
             child,
             port,

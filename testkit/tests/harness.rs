@@ -686,14 +686,14 @@ async fn a_local_redis_server_process_follows_its_clock_file() {
         l.local_addr().expect("its address").port()
     };
     let mut server = KillOnDrop(
-        std::process::Command::new("redis-server")
+        std::process::Command::new(redquorum_testkit::server_program())
             .args(["--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--bind", "127.0.0.1"])
             .envs(clock.envs())
             .stdout(std::process::Stdio::null())
             .spawn()
-            .expect("cannot spawn redis-server: Debian's redis-server must be on PATH"),
+            .expect("cannot spawn the server: Debian's redis-server (or REDQUORUM_TEST_SERVER) must be on PATH"),
     );
     let url = format!("redis://127.0.0.1:{port}");
     let mut con = None;
