@@ -41,6 +41,13 @@ pub struct Descriptor {
     /// The id of the cluster this one replaced (a change of the node list), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
+    /// The cluster's node timeout in milliseconds: the longest per-node deadline any of its
+    /// clients may use, and how long every repair waits for writes in flight. Set by
+    /// `cluster init`, raised (never lowered) by a later `cluster init` or carried into the
+    /// successor by `cluster change`; not part of the id. None in a descriptor written by an
+    /// older release (no client is then refused for its node timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_timeout_ms: Option<u64>,
 }
 
 impl Descriptor {
@@ -51,8 +58,24 @@ impl Descriptor {
     }
 
     /// The descriptor that replaces `self` with the node list `names` (a membership change).
+    /// It keeps `self`'s node timeout.
     pub fn succeeding(&self, names: &[String]) -> Descriptor {
-        Self::build(names, Some(self.id.clone()))
+        Descriptor {
+            node_timeout_ms: self.node_timeout_ms,
+            ..Self::build(names, Some(self.id.clone()))
+        }
+    }
+
+    /// The cluster's node timeout, if its descriptor records one.
+    pub fn node_timeout(&self) -> Option<std::time::Duration> {
+        self.node_timeout_ms.map(std::time::Duration::from_millis)
+    }
+
+    /// This descriptor with its node timeout raised to at least `t` (never lowered).
+    pub fn with_node_timeout_at_least(mut self, t: std::time::Duration) -> Descriptor {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        self.node_timeout_ms = Some(self.node_timeout_ms.map_or(ms, |old| old.max(ms)));
+        self
     }
 
     fn build(names: &[String], prev: Option<String>) -> Descriptor {
@@ -74,6 +97,7 @@ impl Descriptor {
             id,
             nodes,
             prev,
+            node_timeout_ms: None,
         }
     }
 
@@ -116,6 +140,46 @@ impl Descriptor {
     pub fn describe(&self) -> String {
         format!("{} nodes [{}]", self.n(), self.nodes.join(", "))
     }
+}
+
+/// The cluster's node timeout as a client may rely on it: the longest `t` that at least
+/// `needed` of the seen descriptors of cluster `id` carry (or exceed). None while fewer than
+/// `needed` of them are seen, or when none records one (an older release's descriptor).
+///
+/// Why a majority: a client is allowed a node timeout only when a majority of the nodes'
+/// descriptors carry at least it, and every repair waits the longest timeout among the
+/// descriptors of its sources, a majority: the two sets share a node, so the repair waits at
+/// least as long as any allowed client counts a reply (a raise interrupted after one node
+/// allows no client the new timeout yet).
+pub(crate) fn agreed_node_timeout(
+    seen: &[Result<Descriptor, String>],
+    id: &str,
+    needed: usize,
+) -> Option<std::time::Duration> {
+    let mut ms: Vec<u64> = seen
+        .iter()
+        .flatten()
+        .filter(|d| d.id == id)
+        .map(|d| d.node_timeout_ms.unwrap_or(u64::MAX))
+        .collect();
+    if ms.len() < needed || needed == 0 {
+        return None;
+    }
+    ms.sort_unstable_by(|a, b| b.cmp(a));
+    ms.get(needed - 1)
+        .copied()
+        .filter(|v| *v != u64::MAX)
+        .map(std::time::Duration::from_millis)
+}
+
+/// The longest node timeout any of `descriptors` records (what a repair waits at least).
+pub(crate) fn longest_node_timeout<'a>(
+    descriptors: impl IntoIterator<Item = &'a Descriptor>,
+) -> Option<std::time::Duration> {
+    descriptors
+        .into_iter()
+        .filter_map(Descriptor::node_timeout)
+        .max()
 }
 
 /// What a change of the node list appends to an old node's marker, followed by the id of the
@@ -250,7 +314,17 @@ pub(crate) fn adopt(
             newest.describe()
         ));
     }
-    Adoption::Adopted(newest.clone())
+    // The longest node timeout its nodes record: a repair writes it (raised, never lowered).
+    let longest = seen
+        .iter()
+        .flatten()
+        .filter(|d| d.id == newest.id)
+        .filter_map(|d| d.node_timeout_ms)
+        .max();
+    Adoption::Adopted(Descriptor {
+        node_timeout_ms: longest,
+        ..newest.clone()
+    })
 }
 
 /// Where a change of the node list, asked by a client of the list `ours` to move to the list
@@ -439,6 +513,54 @@ mod tests {
         assert_ne!(
             next.id, a.id,
             "a change gets a new id even for the same list"
+        );
+    }
+
+    #[test]
+    fn the_node_timeout_a_client_may_use_is_the_one_a_majority_records() {
+        use std::time::Duration;
+        let list = names(&["redis://a:1/0", "redis://b:1/0", "redis://c:1/0"]);
+        let base = Descriptor::new_cluster(&list);
+        let at = |ms: u64| {
+            Ok(base
+                .clone()
+                .with_node_timeout_at_least(Duration::from_millis(ms)))
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(
+            base.clone()
+                .with_node_timeout_at_least(ms(500))
+                .with_node_timeout_at_least(ms(250))
+                .node_timeout(),
+            Some(ms(500)),
+            "raised, never lowered"
+        );
+        assert_eq!(
+            base.id,
+            at(900).unwrap().id,
+            "the timeout is not part of the id"
+        );
+        // A raise from 250 ms to 1 s interrupted after one node allows no client 1 s yet.
+        let seen = [at(1000), at(250), at(250)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(250)));
+        let seen = [at(1000), at(1000), at(250)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(1000)));
+        // Too few seen to judge; an older release's descriptors record none.
+        assert_eq!(agreed_node_timeout(&[at(1000)], &base.id, 2), None);
+        assert_eq!(
+            agreed_node_timeout(&[Ok(base.clone()), Ok(base.clone())], &base.id, 2),
+            None
+        );
+        // What a repair waits and what a client adopts: the longest any node records.
+        match adopt(&list, &[at(1000), at(250), at(250)], true) {
+            Adoption::Adopted(d) => assert_eq!(d.node_timeout(), Some(ms(1000))),
+            other => panic!("expected the cluster adopted, got {other:?}"),
+        }
+        let succ = at(700).unwrap().succeeding(&list);
+        assert_eq!(
+            succ.node_timeout(),
+            Some(ms(700)),
+            "a change keeps the timeout"
         );
     }
 

@@ -28,7 +28,7 @@
 //! | `redquorum_view_changes_total` | counter | `kind` | membership (peer indexing, work distribution) views: `sealed_prepare` and `sealed_active` when this process, as a group's leader, seals a new view in that state; `adopted` when a member of this process reads a view other than the last it read (its first view too). |
 //! | `redquorum_view_drain_seconds` | histogram | | per prepared view a member of this process drains: from the start of the drain (the drain hook started) to its acknowledgement being applied by a majority. |
 //! | `redquorum_node_quarantines_total` | counter | `node` | when a client's verdict on a node turns to quarantined (its marker is missing or names another run_id: it lost data, or, in a new cluster, is not marked yet). |
-//! | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `bootstrapped` (a new cluster's nodes marked), `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
+//! | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
 
 use std::time::Duration;
 
@@ -85,7 +85,7 @@ pub fn describe_metrics() {
         (LEADERSHIP_CHANGES, "Leadership changes of this process by event (won, lost, resigned)."),
         (VIEW_CHANGES, "Membership view changes by kind (sealed_prepare, sealed_active, adopted)."),
         (NODE_QUARANTINES, "Nodes turned quarantined (lost their data, or not yet marked), by node index."),
-        (REPAIRS, "Repair checks of nodes by outcome (repaired, bootstrapped, deferred, not_needed)."),
+        (REPAIRS, "Repair checks of nodes by outcome (repaired, deferred, not_needed)."),
     ];
     for (name, help) in counters {
         describe_counter!(name, Unit::Count, SharedString::const_str(help));

@@ -11,7 +11,7 @@ mod common;
 use common::init_tracing;
 use std::time::Duration;
 
-use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock, LockOptions};
+use redquorum::{Config, ConfigError, Error, IdGenerator, Lock, LockOptions};
 use redquorum_testkit::Cluster;
 
 fn config(urls: &[String], protected: bool) -> Config {
@@ -32,12 +32,12 @@ async fn another_node_list(protected: bool) -> Result<String, Error> {
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
     let first_three = all[..3].to_vec();
-    let a = Client::connect(config(&first_three, true))
+    let a = common::connect(config(&first_three, true))
         .await
         .expect("A sets the cluster up on nodes 0, 1, 2");
     let ids_a = IdGenerator::new(&a, "order").expect("valid");
     ids_a.next_id().await.expect("A issues an ID");
-    let b = Client::connect(config(&all, protected)).await?;
+    let b = common::connect(config(&all, protected)).await?;
     let ids_b = IdGenerator::new(&b, "order").expect("valid");
     ids_b
         .next_id()
@@ -114,7 +114,7 @@ async fn without_cluster_identity_another_node_list_admits_two_lease_holders() {
 async fn one_server_two_urls(protected: bool) -> Result<usize, Error> {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let _setup = Client::connect(config(&cluster.urls(), true))
+    let _setup = common::connect(config(&cluster.urls(), true))
         .await
         .expect("the cluster is set up on its three nodes");
     let urls = vec![
@@ -124,7 +124,7 @@ async fn one_server_two_urls(protected: bool) -> Result<usize, Error> {
     ];
     cluster.node(0).refuse();
     cluster.node(1).refuse();
-    let c = Client::connect(config(&urls, protected)).await?;
+    let c = common::connect(config(&urls, protected)).await?;
     cluster.node(0).heal();
     let tally = c.ping().await?;
     Ok(tally.applied())
@@ -155,7 +155,7 @@ async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
     let first_three = all[..3].to_vec();
-    let a = Client::connect(config(&first_three, true))
+    let a = common::connect(config(&first_three, true))
         .await
         .expect("A sets the cluster up on nodes 0, 1, 2");
     let ids_a = IdGenerator::new(&a, "order").expect("valid");
@@ -179,13 +179,13 @@ async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
         ids_a.next_id().await.is_err(),
         "a client of the old list gets no majority after the change"
     );
-    match Client::connect(config(&first_three, true)).await {
+    match common::connect(config(&first_three, true)).await {
         Err(Error::Config(ConfigError::ClusterMismatch(why))) => {
             println!("old list refused: {why}")
         }
         other => panic!("a new client with the old list must be refused, got {other:?}"),
     }
-    let b = Client::connect(config(&all, true))
+    let b = common::connect(config(&all, true))
         .await
         .expect("a client of the new list connects");
     let ids_b = IdGenerator::new(&b, "order").expect("valid");
@@ -204,7 +204,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
     let cluster = Cluster::start(6).await;
     let all = cluster.urls();
     let (old, new, other) = (all[0..3].to_vec(), all[3..6].to_vec(), all[3..5].to_vec());
-    let a = Client::connect(config(&old, true))
+    let a = common::connect(config(&old, true))
         .await
         .expect("the old cluster");
     let ids_a = IdGenerator::new(&a, "s").expect("valid");
@@ -213,7 +213,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
         .await
         .expect("old -> new (every node replaced)");
     // A client that still has the old list tries to move the old cluster elsewhere.
-    let stale = Client::connect(config(&old, true))
+    let stale = common::connect(config(&old, true))
         .await
         .expect("the old nodes still hold the old descriptor");
     let second = stale.change_cluster(config(&other, true)).await;
@@ -222,7 +222,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
         second.is_err(),
         "nodes sealed for one successor cannot be sealed for another: {second:?}"
     );
-    let b = Client::connect(config(&new, true))
+    let b = common::connect(config(&new, true))
         .await
         .expect("the new cluster");
     let y = IdGenerator::new(&b, "s")
@@ -240,7 +240,7 @@ async fn replacement_list_before_the_change(pinned: bool) -> (u64, Option<u64>) 
     let cluster = Cluster::start(6).await;
     let all = cluster.urls();
     let (old, new) = (all[0..3].to_vec(), all[3..6].to_vec());
-    let a = Client::connect(config(&old, true))
+    let a = common::connect(config(&old, true))
         .await
         .expect("the old cluster");
     let ids = IdGenerator::new(&a, "s").expect("valid");
@@ -253,7 +253,7 @@ async fn replacement_list_before_the_change(pinned: bool) -> (u64, Option<u64>) 
     if pinned {
         cfg = cfg.with_cluster_id(&id).expect("a valid id");
     }
-    let got = match Client::connect(cfg).await {
+    let got = match common::connect(cfg).await {
         Ok(b) => IdGenerator::new(&b, "s")
             .expect("valid")
             .next_id()

@@ -744,9 +744,15 @@ pub enum ConfigError {
         /// Largest allowed.
         max: Duration,
     },
-    /// The nodes belong to a cluster with another node list (or to unrelated clusters).
+    /// The nodes belong to a cluster with another node list (or to unrelated clusters), or
+    /// the cluster's node timeout is shorter than this client's.
     #[error("refused: {0}")]
     ClusterMismatch(String),
+    /// No cluster is set up on the nodes (blank nodes, or a majority of them lost their data;
+    /// `redquorum cluster init` sets one up), or `cluster init` cannot set one up: the reason
+    /// says why and what to do.
+    #[error("{0}")]
+    ClusterSetUp(String),
     /// Two settings that cannot both hold.
     #[error("contradictory timeouts: {0}")]
     Contradiction(String),
