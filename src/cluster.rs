@@ -48,6 +48,12 @@ pub struct Descriptor {
     /// older release (no client is then refused for its node timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_timeout_ms: Option<u64>,
+    /// The node names of the cluster this one replaced (a change of the node list; not part
+    /// of the id): a client still configured with that list follows this cluster at connect
+    /// (see [`crate::Client::connect`]). None in a new cluster, and in a successor written by
+    /// an older release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_nodes: Option<Vec<String>>,
 }
 
 impl Descriptor {
@@ -62,6 +68,7 @@ impl Descriptor {
     pub fn succeeding(&self, names: &[String]) -> Descriptor {
         Descriptor {
             node_timeout_ms: self.node_timeout_ms,
+            prev_nodes: Some(self.nodes.clone()),
             ..Self::build(names, Some(self.id.clone()))
         }
     }
@@ -98,6 +105,7 @@ impl Descriptor {
             nodes,
             prev,
             node_timeout_ms: None,
+            prev_nodes: None,
         }
     }
 
@@ -369,6 +377,100 @@ pub(crate) fn change_origin(
     }
 }
 
+/// Whether a client configured with the node names `ours` must follow a successor of its
+/// cluster, from the descriptors its reachable nodes hold (`seen`) and the successor ids that
+/// sealed old nodes name (`seals`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Follow {
+    /// Nothing to follow: the client works with its own list (or is refused as before).
+    Stay,
+    /// The node list was changed: work in this cluster, through the nodes it lists.
+    To(Descriptor),
+    /// The nodes disagree about the successor: the reason names them.
+    Refuse(String),
+}
+
+/// Decide whether a client of the list `ours` follows a successor (a change of the node list
+/// replaced its cluster): the newest descriptor seen that descends, through changes, from a
+/// cluster of exactly `ours` (a successor records its predecessor's node list), and that every
+/// seal names (a seal names the change's successor: it must be that one or one of its
+/// predecessors). A client whose list is the newest cluster's stays.
+pub(crate) fn follow(
+    ours: &[String],
+    seen: &[Result<Descriptor, String>],
+    seals: &[String],
+) -> Follow {
+    let ours = identities(ours);
+    let known: Vec<&Descriptor> = seen.iter().flatten().collect();
+    let descends = |d: &Descriptor| {
+        identities(&d.nodes) != ours
+            && lineage(d, &known).iter().any(|a| {
+                a.prev_nodes
+                    .as_deref()
+                    .is_some_and(|p| identities(p) == ours)
+            })
+    };
+    let candidates: Vec<&Descriptor> = known.iter().copied().filter(|d| descends(d)).collect();
+    let Some(newest) = candidates.iter().copied().find(|d| {
+        candidates
+            .iter()
+            .all(|o| o.id == d.id || supersedes(d, o, &known))
+    }) else {
+        return match candidates.first() {
+            None => Follow::Stay,
+            Some(_) => Follow::Refuse(format!(
+                "the nodes hold several successors of this client's node list ({}): none \
+                 replaced the others",
+                candidates
+                    .iter()
+                    .map(|d| format!("cluster {}: {}", d.id, d.describe()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+        };
+    };
+    let ids: Vec<&str> = lineage(newest, &known)
+        .iter()
+        .map(|d| d.id.as_str())
+        .chain(newest.prev.as_deref())
+        .collect();
+    if let Some(other) = seals.iter().find(|x| !ids.contains(&x.as_str())) {
+        return Follow::Refuse(format!(
+            "the old nodes are sealed for cluster {other}, but the new nodes hold cluster {} \
+             ({}), which does not descend from it",
+            newest.id,
+            newest.describe()
+        ));
+    }
+    Follow::To(newest.clone())
+}
+
+/// `d` and its predecessors among `known`, newest first.
+fn lineage<'a>(d: &'a Descriptor, known: &[&'a Descriptor]) -> Vec<&'a Descriptor> {
+    let mut out = vec![d];
+    let mut cur = d;
+    while out.len() <= known.len() {
+        match cur
+            .prev
+            .as_ref()
+            .and_then(|p| known.iter().find(|k| k.id == *p))
+        {
+            Some(prev) if !out.iter().any(|o| o.id == prev.id) => {
+                out.push(prev);
+                cur = prev;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The successor a sealed marker names (`…#sealed:<new id>[#done]`), if it is sealed.
+pub(crate) fn sealed_for(marker: &str) -> Option<&str> {
+    let (_, rest) = marker.split_once(SEALED)?;
+    Some(rest.strip_suffix(CHANGE_DONE).unwrap_or(rest))
+}
+
 /// Node names as a set of servers, whatever the spelling of their user part or case: the
 /// operator's list and the one the descriptor holds name the same servers.
 fn identities(names: &[String]) -> Vec<String> {
@@ -561,6 +663,67 @@ mod tests {
             succ.node_timeout(),
             Some(ms(700)),
             "a change keeps the timeout"
+        );
+    }
+
+    #[test]
+    fn an_old_list_follows_the_successor_its_seal_names_and_nothing_else() {
+        let three = names(&["redis://a:1", "redis://b:1", "redis://c:1"]);
+        let five = names(&[
+            "redis://a:1",
+            "redis://b:1",
+            "redis://c:1",
+            "redis://d:1",
+            "redis://e:1",
+        ]);
+        let old = Descriptor::new_cluster(&three);
+        let new = old.succeeding(&five);
+        // The removed nodes are gone: only the new cluster's descriptor is seen.
+        assert_eq!(
+            follow(&three, &[Ok(new.clone())], &[]),
+            Follow::To(new.clone())
+        );
+        // Beside the old one and a seal naming it.
+        assert_eq!(
+            follow(
+                &three,
+                &[Ok(old.clone()), Ok(new.clone())],
+                &[new.id.clone()]
+            ),
+            Follow::To(new.clone())
+        );
+        // A client of the new list, or of the old cluster before any change, stays.
+        assert_eq!(follow(&five, &[Ok(new.clone())], &[]), Follow::Stay);
+        assert_eq!(follow(&three, &[Ok(old.clone())], &[]), Follow::Stay);
+        // Two changes on: the newest, through the chain.
+        let four = names(&["redis://a:1", "redis://b:1", "redis://d:1", "redis://e:1"]);
+        let newer = new.succeeding(&four);
+        assert_eq!(
+            follow(
+                &three,
+                &[Ok(new.clone()), Ok(newer.clone())],
+                &[new.id.clone()]
+            ),
+            Follow::To(newer.clone())
+        );
+        // A seal naming another successor: refused.
+        let bogus = old.succeeding(&four);
+        assert!(matches!(
+            follow(&three, &[Ok(new.clone())], &[bogus.id.clone()]),
+            Follow::Refuse(why) if why.contains(&bogus.id)
+        ));
+        // A list that is no predecessor follows nothing.
+        let other = names(&["redis://x:1", "redis://y:1", "redis://z:1"]);
+        assert_eq!(follow(&other, &[Ok(new.clone())], &[]), Follow::Stay);
+        // A successor written by an older release (no predecessor list) is not followed.
+        let legacy = Descriptor {
+            prev_nodes: None,
+            ..new.clone()
+        };
+        assert_eq!(follow(&three, &[Ok(legacy)], &[]), Follow::Stay);
+        assert_eq!(
+            sealed_for(&format!("r.e/{}#sealed:{}#done", old.id, new.id)),
+            Some(new.id.as_str())
         );
     }
 

@@ -307,8 +307,8 @@ enum ClusterCommand {
     Show,
     /// Change the cluster's node list (add, remove or replace nodes) from the current list
     /// (--nodes) to TO: seals the old cluster, copies every value to the new nodes, marks them.
-    /// Clients with the old list are refused from then on (in a swap, with as many nodes, they
-    /// work in the new cluster through the nodes both lists name); restart them with the new list.
+    /// A client still configured with the old list follows the new cluster when it connects
+    /// (a running one fails once the old nodes are sealed: restart it); update its list.
     /// An interrupted change (killed, a node down) is finished by running the same command
     /// again; once done, running it again changes nothing.
     Change {

@@ -93,6 +93,16 @@ impl Client {
     /// cluster: on nodes where none is set up, [`Client::init_cluster`] (`redquorum cluster
     /// init`) does, once.
     ///
+    /// **A changed node list is followed.** When a node-list change (`cluster change`)
+    /// replaced the cluster of `config`'s list, the client works in the new cluster: its nodes
+    /// are the ones the new cluster's descriptor lists (reached with `config`'s password, when
+    /// all its URLs share one, and TLS settings), used only if they hold that descriptor, and
+    /// only if every sealed old node names it (or a cluster it replaced). This holds when the
+    /// number of nodes changed and when the removed nodes are gone; it is logged at warn and
+    /// counted (`redquorum_cluster_follows_total`). Not guaranteed: a client connected before
+    /// the change keeps its list; its operations fail once the old nodes are sealed, and a new
+    /// `connect` (a restart) follows.
+    ///
     /// # Errors
     /// [`Error::Config`] if the configuration is invalid;
     /// [`ConfigError::ClusterSetUp`] if a majority of the nodes answered and none of them is
@@ -100,13 +110,14 @@ impl Client {
     /// `cluster init`, and nothing was written;
     /// [`ConfigError::ClusterMismatch`] if the nodes belong to a cluster with another node list
     /// (or to different clusters), or the cluster's node timeout is shorter than this
-    /// client's: the error names both.
+    /// client's: the error names both; also if a successor is to be followed but the seals
+    /// name another one, or its nodes do not hold it.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the half-built client (a repair it started
     /// goes on in the background).
     pub async fn connect(config: Config) -> Result<Client, Error> {
-        let client = Self::open(config, false).await?;
+        let client = Self::open(config, false).await?.follow_successor().await?;
         // A client whose node list is not the cluster's is refused before it does anything.
         if let Adoption::Refused(why) = &client.verdicts().adoption {
             return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
@@ -116,6 +127,54 @@ impl Client {
         }
         client.repair_quarantined().await;
         Ok(client)
+    }
+
+    /// This client, or, when a change of the node list replaced its cluster, a client of the
+    /// successor ([`cluster::follow`]): built from the successor's node list (the URLs the
+    /// descriptor names, with this configuration's password and TLS settings), and used only
+    /// if the new nodes hold the successor's descriptor. Logged and counted
+    /// (`redquorum_cluster_follows_total`).
+    async fn follow_successor(self) -> Result<Client, Error> {
+        let config = &self.inner.config;
+        let ours = config.node_names();
+        if config.adopt_as.is_some() || !config.cluster_identity {
+            return Ok(self);
+        }
+        let seals: Vec<String> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0.and_then(|p| p.marker))
+            .filter_map(|m| cluster::sealed_for(&m).map(String::from))
+            .collect();
+        let successor = match cluster::follow(&ours, &self.seen_descriptors(), &seals) {
+            cluster::Follow::Stay => return Ok(self),
+            cluster::Follow::Refuse(why) => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(why)))
+            }
+            cluster::Follow::To(d) => d,
+        };
+        let next = Self::open(config.following(&successor)?, false).await?;
+        match &next.verdicts().adoption {
+            Adoption::Adopted(d) if d.id == successor.id => {}
+            other => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(format!(
+                    "the node list was changed to cluster {} ({}), but its nodes do not hold \
+                     it ({other:?})",
+                    successor.id,
+                    successor.describe()
+                ))))
+            }
+        }
+        tracing::warn!(
+            from = %ours.join(","),
+            to = %successor.nodes.join(","),
+            cluster = %successor.id,
+            "the configured node list was replaced by a change of the node list: this client \
+             follows the new cluster; update its configuration"
+        );
+        crate::metrics::cluster_followed();
+        Ok(next)
     }
 
     /// A client that only reads, for inspection (`redquorum check`): it repairs no node and
