@@ -12,11 +12,13 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use redquorum::{distribution_table, MemberWeight, TableInputs, UnitTable};
-use redquorum::{Client, Config, PoolMember, PoolOptions, Units, ViewState};
+use redquorum::{Config, PoolMember, PoolOptions, Units, ViewState};
 use redquorum_testkit::LocalNodes;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
@@ -239,7 +241,7 @@ async fn crash_to_active(n_units: usize, n_members: usize, rounds: usize) {
     let nodes = LocalNodes::start(3);
     let urls = nodes.urls();
     let client = || async {
-        Client::connect(Config::from_urls(&urls).unwrap())
+        support::connect(Config::from_urls(&urls).unwrap())
             .await
             .unwrap()
     };

@@ -20,7 +20,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 mod support;
 use redis::aio::MultiplexedConnection;
-use redquorum::{Client, Config, IdGenerator, IdOptions};
+use redquorum::{Config, IdGenerator, IdOptions};
 use redquorum_testkit::LocalNodes;
 use support::profile::{Node, Profile};
 use support::{measure, Figures};
@@ -188,7 +188,7 @@ async fn main() {
     for &n in &node_counts {
         let nodes = LocalNodes::start(n);
         let urls = nodes.urls();
-        let client = Client::connect(Config::from_urls(&urls).expect("urls"))
+        let client = support::connect(Config::from_urls(&urls).expect("urls"))
             .await
             .expect("client");
         let conns = Arc::new(connections(&urls).await);
@@ -436,7 +436,7 @@ async fn main() {
             for lookahead in [redquorum::DEFAULT_LOOKAHEAD, 0] {
                 let mut gens = Vec::new();
                 for _ in 0..8 {
-                    let c = Client::connect(Config::from_urls(&urls).expect("urls"))
+                    let c = support::connect(Config::from_urls(&urls).expect("urls"))
                         .await
                         .expect("client");
                     let options = IdOptions::default()

@@ -115,7 +115,7 @@ async fn main() {
         .and_then(|s| s.parse::<u64>().ok())
     {
         let nodes = LocalNodes::start(5);
-        let client = Client::connect(Config::from_urls(nodes.urls()).unwrap())
+        let client = support::connect(Config::from_urls(nodes.urls()).unwrap())
             .await
             .unwrap();
         println!("soak: N = 5, 16 callers each on its own lock, healthy, {secs} s");
@@ -135,7 +135,7 @@ async fn main() {
     for n in [3usize, 5, 7] {
         let nodes = LocalNodes::start(n);
         let urls = nodes.urls();
-        let client = Client::connect(Config::from_urls(&urls).unwrap())
+        let client = support::connect(Config::from_urls(&urls).unwrap())
             .await
             .unwrap();
         let manager = rslock::LockManager::new(urls.clone());
@@ -203,7 +203,7 @@ async fn main() {
             .unwrap();
         holder.suspend_extension_for_tests();
         let died = Instant::now();
-        let other = Client::connect(Config::from_urls(&urls).unwrap())
+        let other = support::connect(Config::from_urls(&urls).unwrap())
             .await
             .unwrap();
         let g = Lock::new(&other, &format!("bench:failover:{n}"), ttl)
@@ -251,7 +251,7 @@ async fn held(quick: bool) {
         window.as_secs()
     );
     for count in [1usize, 100, 10_000] {
-        let client = Client::connect(Config::from_urls(nodes.urls()).unwrap())
+        let client = support::connect(Config::from_urls(nodes.urls()).unwrap())
             .await
             .unwrap();
         let started = Instant::now();

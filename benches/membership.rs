@@ -16,7 +16,7 @@ mod support;
 use support::profile::node_counters;
 
 use redquorum::moved_fraction;
-use redquorum::{Client, Config};
+use redquorum::Config;
 use redquorum::{GroupOptions, Member, Ownership, View};
 
 fn members(n: usize) -> BTreeSet<String> {
@@ -79,7 +79,7 @@ async fn main() {
         let group = format!("bench-{n}");
         let mut ms = Vec::new();
         for i in 0..n {
-            let c = Client::connect(Config::from_urls(&urls).unwrap())
+            let c = support::connect(Config::from_urls(&urls).unwrap())
                 .await
                 .unwrap();
             ms.push(
@@ -133,7 +133,7 @@ async fn main() {
                 .join(", ")
         );
         let per_member = (after - before) as f64 / window.as_secs_f64() / n as f64;
-        let c = Client::connect(Config::from_urls(&urls).unwrap())
+        let c = support::connect(Config::from_urls(&urls).unwrap())
             .await
             .unwrap();
         let t = Instant::now();

@@ -7,13 +7,15 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redquorum_testkit::LocalNodes;
 
-use redquorum::{Client, Config, IdGenerator, JobOptions, Lock, PeriodicJob};
+use redquorum::{Config, IdGenerator, JobOptions, Lock, PeriodicJob};
 use redquorum::{GroupOptions, Member};
 
 async fn sample(port: u16) -> (u64, u64) {
@@ -44,7 +46,7 @@ async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let run = Duration::from_secs(if quick { 30 } else { 120 });
     let nodes = LocalNodes::start(3);
-    let client = Client::connect(Config::from_urls(nodes.urls()).expect("valid"))
+    let client = support::connect(Config::from_urls(nodes.urls()).expect("valid"))
         .await
         .expect("connects");
     let stop = Arc::new(AtomicBool::new(false));

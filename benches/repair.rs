@@ -6,12 +6,14 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use redquorum_testkit::LocalNodes;
 
 use redis::aio::MultiplexedConnection;
-use redquorum::{Client, Config, IdGenerator};
+use redquorum::{Config, IdGenerator};
 
 async fn conn(port: u16) -> MultiplexedConnection {
     redis::Client::open(format!("redis://127.0.0.1:{port}"))
@@ -93,7 +95,7 @@ async fn main() {
     let keys: u64 = if quick { 100_000 } else { 1_000_000 };
     let nodes = LocalNodes::start(4);
     let urls: Vec<String> = nodes.urls()[..3].to_vec();
-    let client = Client::connect(Config::from_urls(&urls).expect("valid"))
+    let client = support::connect(Config::from_urls(&urls).expect("valid"))
         .await
         .expect("connects");
     // One ID through the cluster, so every node is marked before the bulk keys arrive.
@@ -130,7 +132,7 @@ async fn main() {
         .await
         .expect("FLUSHALL");
     let t0 = Instant::now();
-    let _repairer = Client::connect(Config::from_urls(&urls).expect("valid"))
+    let _repairer = support::connect(Config::from_urls(&urls).expect("valid"))
         .await
         .expect("connects");
     loop {

@@ -3,7 +3,8 @@
 //! Each send is fenced with the assignment's token, so a stale instance's late send is refused
 //! by the outbox.
 //!
-//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set:
+//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set
+//! (after the one `redquorum cluster init` that sets the cluster up):
 //! `cargo run --example email_processor`.
 
 use std::collections::HashMap;

@@ -3,6 +3,7 @@
 //!
 //! Run against the docker-compose nodes with `scripts/demo.sh`, or
 //! `REDQUORUM_NODES=redis://h1:6379,redis://h2:6379,redis://h3:6379 cargo run --example fencing_ids`.
+//! (Set the cluster up once first: `redquorum --nodes ... cluster init`.)
 
 use redquorum::{Client, Config, IdGenerator};
 

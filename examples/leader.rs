@@ -1,6 +1,7 @@
 //! Leader election: two candidates, an observer, a resignation and an instant hand-over.
 //!
-//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set:
+//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set
+//! (after the one `redquorum cluster init` that sets the cluster up):
 //! `cargo run --example leader`.
 
 use std::time::Duration;

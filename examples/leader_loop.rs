@@ -2,7 +2,8 @@
 //! leader's work runs for its term until it is told to stop; when the leader shuts down it
 //! resigns, and the other instance leads at once in a higher term.
 //!
-//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set:
+//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set
+//! (after the one `redquorum cluster init` that sets the cluster up):
 //! `cargo run --example leader_loop`.
 
 use std::time::Duration;

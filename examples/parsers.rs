@@ -3,7 +3,8 @@
 //! table's version as its fencing token), and the sites move with a fenced hand-over when a
 //! parser leaves or a site is added.
 //!
-//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set:
+//! Run against the docker-compose nodes with `scripts/demo.sh`, or with `REDQUORUM_NODES` set
+//! (after the one `redquorum cluster init` that sets the cluster up):
 //! `cargo run --example parsers`.
 
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //!
 //! Run against the docker-compose nodes: `scripts/demo.sh`, or with your own nodes:
 //! `REDQUORUM_NODES=redis://h1:6379,redis://h2:6379,redis://h3:6379 cargo run --example tour`.
+//! (Set the cluster up once first: `redquorum --nodes ... cluster init`.)
 
 use redquorum::{Client, Config};
 

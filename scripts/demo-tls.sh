@@ -58,10 +58,14 @@ export REDQUORUM_NODES="rediss://rq:$password@localhost:7001,rediss://rq:$passwo
 export REDQUORUM_CACERT="$dir/ca.crt" REDQUORUM_CERT="$dir/client.crt" REDQUORUM_KEY="$dir/client.key"
 # The user has no CONFIG GET (it would read the admin password): the operator attests fsync.
 export REDQUORUM_ATTEST_FSYNC_ALWAYS=true
+# The operator's one `cluster init` (it needs every node up: retried while they start).
 for _ in $(seq 1 100); do
-    if $bin ping >/dev/null 2>&1; then break; fi
+    if $bin cluster init >/dev/null 2>&1; then break; fi
     sleep 0.2
 done
+echo
+echo "== redquorum cluster init (again: the cluster is set up already) =="
+$bin cluster init
 
 echo
 echo "== redquorum check (TLS, user rq): safety and permissions =="

@@ -33,6 +33,9 @@ fi
 
 cargo build -q --workspace --examples --bins
 echo
+echo "== redquorum cluster init: set the cluster up on the blank nodes, once =="
+./target/debug/redquorum cluster init
+echo
 echo "== redquorum check: every node's safety findings =="
 ./target/debug/redquorum check
 echo

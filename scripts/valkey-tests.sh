@@ -66,7 +66,8 @@ tests=(
     flushall:a_source_flushed_during_a_repair_at_five_nodes_stops_it_and_no_id_is_handed_out_twice
     flushall:a_dead_repairers_claim_is_taken_over_whatever_the_nodes_clock_does
     # The node list changed; group membership (peer indexing) and work distribution.
-    cluster:changing_the_node_list_keeps_order_and_refuses_the_old_list
+    cluster:changing_the_node_list_keeps_order_and_an_old_list_client_follows_it
+    cluster_init:blank_nodes_are_refused_naming_cluster_init_until_it_sets_the_cluster_up_once
     membership:joins_leaves_and_crashes_never_give_a_task_two_owners
     membership:a_node_flushed_right_after_a_beat_gives_no_task_two_owners
     distribution:joins_leaves_crashes_and_unit_changes_never_give_a_unit_two_owners

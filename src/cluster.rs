@@ -41,6 +41,19 @@ pub struct Descriptor {
     /// The id of the cluster this one replaced (a change of the node list), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
+    /// The cluster's node timeout in milliseconds: the longest per-node deadline any of its
+    /// clients may use, and how long every repair waits for writes in flight. Set by
+    /// `cluster init`, raised (never lowered) by a later `cluster init` or carried into the
+    /// successor by `cluster change`; not part of the id. None in a descriptor written by an
+    /// older release (no client is then refused for its node timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_timeout_ms: Option<u64>,
+    /// The node names of the cluster this one replaced (a change of the node list; not part
+    /// of the id): a client still configured with that list follows this cluster at connect
+    /// (see [`crate::Client::connect`]). None in a new cluster, and in a successor written by
+    /// an older release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_nodes: Option<Vec<String>>,
 }
 
 impl Descriptor {
@@ -51,8 +64,25 @@ impl Descriptor {
     }
 
     /// The descriptor that replaces `self` with the node list `names` (a membership change).
+    /// It keeps `self`'s node timeout.
     pub fn succeeding(&self, names: &[String]) -> Descriptor {
-        Self::build(names, Some(self.id.clone()))
+        Descriptor {
+            node_timeout_ms: self.node_timeout_ms,
+            prev_nodes: Some(self.nodes.clone()),
+            ..Self::build(names, Some(self.id.clone()))
+        }
+    }
+
+    /// The cluster's node timeout, if its descriptor records one.
+    pub fn node_timeout(&self) -> Option<std::time::Duration> {
+        self.node_timeout_ms.map(std::time::Duration::from_millis)
+    }
+
+    /// This descriptor with its node timeout raised to at least `t` (never lowered).
+    pub fn with_node_timeout_at_least(mut self, t: std::time::Duration) -> Descriptor {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        self.node_timeout_ms = Some(self.node_timeout_ms.map_or(ms, |old| old.max(ms)));
+        self
     }
 
     fn build(names: &[String], prev: Option<String>) -> Descriptor {
@@ -74,6 +104,8 @@ impl Descriptor {
             id,
             nodes,
             prev,
+            node_timeout_ms: None,
+            prev_nodes: None,
         }
     }
 
@@ -116,6 +148,46 @@ impl Descriptor {
     pub fn describe(&self) -> String {
         format!("{} nodes [{}]", self.n(), self.nodes.join(", "))
     }
+}
+
+/// The cluster's node timeout as a client may rely on it: the longest `t` that at least
+/// `needed` of the seen descriptors of cluster `id` carry (or exceed). None while fewer than
+/// `needed` of them are seen, or when none records one (an older release's descriptor).
+///
+/// Why a majority: a client is allowed a node timeout only when a majority of the nodes'
+/// descriptors carry at least it, and every repair waits the longest timeout among the
+/// descriptors of its sources, a majority: the two sets share a node, so the repair waits at
+/// least as long as any allowed client counts a reply (a raise interrupted after one node
+/// allows no client the new timeout yet).
+pub(crate) fn agreed_node_timeout(
+    seen: &[Result<Descriptor, String>],
+    id: &str,
+    needed: usize,
+) -> Option<std::time::Duration> {
+    let mut ms: Vec<u64> = seen
+        .iter()
+        .flatten()
+        .filter(|d| d.id == id)
+        .map(|d| d.node_timeout_ms.unwrap_or(u64::MAX))
+        .collect();
+    if ms.len() < needed || needed == 0 {
+        return None;
+    }
+    ms.sort_unstable_by(|a, b| b.cmp(a));
+    ms.get(needed - 1)
+        .copied()
+        .filter(|v| *v != u64::MAX)
+        .map(std::time::Duration::from_millis)
+}
+
+/// The longest node timeout any of `descriptors` records (what a repair waits at least).
+pub(crate) fn longest_node_timeout<'a>(
+    descriptors: impl IntoIterator<Item = &'a Descriptor>,
+) -> Option<std::time::Duration> {
+    descriptors
+        .into_iter()
+        .filter_map(Descriptor::node_timeout)
+        .max()
 }
 
 /// What a change of the node list appends to an old node's marker, followed by the id of the
@@ -250,7 +322,17 @@ pub(crate) fn adopt(
             newest.describe()
         ));
     }
-    Adoption::Adopted(newest.clone())
+    // The longest node timeout its nodes record: a repair writes it (raised, never lowered).
+    let longest = seen
+        .iter()
+        .flatten()
+        .filter(|d| d.id == newest.id)
+        .filter_map(|d| d.node_timeout_ms)
+        .max();
+    Adoption::Adopted(Descriptor {
+        node_timeout_ms: longest,
+        ..newest.clone()
+    })
 }
 
 /// Where a change of the node list, asked by a client of the list `ours` to move to the list
@@ -293,6 +375,100 @@ pub(crate) fn change_origin(
         Adoption::Refused(why) => Origin::Refused(why.clone()),
         Adoption::Unknown => Origin::Unknown,
     }
+}
+
+/// Whether a client configured with the node names `ours` must follow a successor of its
+/// cluster, from the descriptors its reachable nodes hold (`seen`) and the successor ids that
+/// sealed old nodes name (`seals`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Follow {
+    /// Nothing to follow: the client works with its own list (or is refused as before).
+    Stay,
+    /// The node list was changed: work in this cluster, through the nodes it lists.
+    To(Descriptor),
+    /// The nodes disagree about the successor: the reason names them.
+    Refuse(String),
+}
+
+/// Decide whether a client of the list `ours` follows a successor (a change of the node list
+/// replaced its cluster): the newest descriptor seen that descends, through changes, from a
+/// cluster of exactly `ours` (a successor records its predecessor's node list), and that every
+/// seal names (a seal names the change's successor: it must be that one or one of its
+/// predecessors). A client whose list is the newest cluster's stays.
+pub(crate) fn follow(
+    ours: &[String],
+    seen: &[Result<Descriptor, String>],
+    seals: &[String],
+) -> Follow {
+    let ours = identities(ours);
+    let known: Vec<&Descriptor> = seen.iter().flatten().collect();
+    let descends = |d: &Descriptor| {
+        identities(&d.nodes) != ours
+            && lineage(d, &known).iter().any(|a| {
+                a.prev_nodes
+                    .as_deref()
+                    .is_some_and(|p| identities(p) == ours)
+            })
+    };
+    let candidates: Vec<&Descriptor> = known.iter().copied().filter(|d| descends(d)).collect();
+    let Some(newest) = candidates.iter().copied().find(|d| {
+        candidates
+            .iter()
+            .all(|o| o.id == d.id || supersedes(d, o, &known))
+    }) else {
+        return match candidates.first() {
+            None => Follow::Stay,
+            Some(_) => Follow::Refuse(format!(
+                "the nodes hold several successors of this client's node list ({}): none \
+                 replaced the others",
+                candidates
+                    .iter()
+                    .map(|d| format!("cluster {}: {}", d.id, d.describe()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+        };
+    };
+    let ids: Vec<&str> = lineage(newest, &known)
+        .iter()
+        .map(|d| d.id.as_str())
+        .chain(newest.prev.as_deref())
+        .collect();
+    if let Some(other) = seals.iter().find(|x| !ids.contains(&x.as_str())) {
+        return Follow::Refuse(format!(
+            "the old nodes are sealed for cluster {other}, but the new nodes hold cluster {} \
+             ({}), which does not descend from it",
+            newest.id,
+            newest.describe()
+        ));
+    }
+    Follow::To(newest.clone())
+}
+
+/// `d` and its predecessors among `known`, newest first.
+fn lineage<'a>(d: &'a Descriptor, known: &[&'a Descriptor]) -> Vec<&'a Descriptor> {
+    let mut out = vec![d];
+    let mut cur = d;
+    while out.len() <= known.len() {
+        match cur
+            .prev
+            .as_ref()
+            .and_then(|p| known.iter().find(|k| k.id == *p))
+        {
+            Some(prev) if !out.iter().any(|o| o.id == prev.id) => {
+                out.push(prev);
+                cur = prev;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The successor a sealed marker names (`…#sealed:<new id>[#done]`), if it is sealed.
+pub(crate) fn sealed_for(marker: &str) -> Option<&str> {
+    let (_, rest) = marker.split_once(SEALED)?;
+    Some(rest.strip_suffix(CHANGE_DONE).unwrap_or(rest))
 }
 
 /// Node names as a set of servers, whatever the spelling of their user part or case: the
@@ -439,6 +615,115 @@ mod tests {
         assert_ne!(
             next.id, a.id,
             "a change gets a new id even for the same list"
+        );
+    }
+
+    #[test]
+    fn the_node_timeout_a_client_may_use_is_the_one_a_majority_records() {
+        use std::time::Duration;
+        let list = names(&["redis://a:1/0", "redis://b:1/0", "redis://c:1/0"]);
+        let base = Descriptor::new_cluster(&list);
+        let at = |ms: u64| {
+            Ok(base
+                .clone()
+                .with_node_timeout_at_least(Duration::from_millis(ms)))
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(
+            base.clone()
+                .with_node_timeout_at_least(ms(500))
+                .with_node_timeout_at_least(ms(250))
+                .node_timeout(),
+            Some(ms(500)),
+            "raised, never lowered"
+        );
+        assert_eq!(
+            base.id,
+            at(900).unwrap().id,
+            "the timeout is not part of the id"
+        );
+        // A raise from 250 ms to 1 s interrupted after one node allows no client 1 s yet.
+        let seen = [at(1000), at(250), at(250)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(250)));
+        let seen = [at(1000), at(1000), at(250)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(1000)));
+        // Too few seen to judge; an older release's descriptors record none.
+        assert_eq!(agreed_node_timeout(&[at(1000)], &base.id, 2), None);
+        assert_eq!(
+            agreed_node_timeout(&[Ok(base.clone()), Ok(base.clone())], &base.id, 2),
+            None
+        );
+        // What a repair waits and what a client adopts: the longest any node records.
+        match adopt(&list, &[at(1000), at(250), at(250)], true) {
+            Adoption::Adopted(d) => assert_eq!(d.node_timeout(), Some(ms(1000))),
+            other => panic!("expected the cluster adopted, got {other:?}"),
+        }
+        let succ = at(700).unwrap().succeeding(&list);
+        assert_eq!(
+            succ.node_timeout(),
+            Some(ms(700)),
+            "a change keeps the timeout"
+        );
+    }
+
+    #[test]
+    fn an_old_list_follows_the_successor_its_seal_names_and_nothing_else() {
+        let three = names(&["redis://a:1", "redis://b:1", "redis://c:1"]);
+        let five = names(&[
+            "redis://a:1",
+            "redis://b:1",
+            "redis://c:1",
+            "redis://d:1",
+            "redis://e:1",
+        ]);
+        let old = Descriptor::new_cluster(&three);
+        let new = old.succeeding(&five);
+        // The removed nodes are gone: only the new cluster's descriptor is seen.
+        assert_eq!(
+            follow(&three, &[Ok(new.clone())], &[]),
+            Follow::To(new.clone())
+        );
+        // Beside the old one and a seal naming it.
+        assert_eq!(
+            follow(
+                &three,
+                &[Ok(old.clone()), Ok(new.clone())],
+                std::slice::from_ref(&new.id)
+            ),
+            Follow::To(new.clone())
+        );
+        // A client of the new list, or of the old cluster before any change, stays.
+        assert_eq!(follow(&five, &[Ok(new.clone())], &[]), Follow::Stay);
+        assert_eq!(follow(&three, &[Ok(old.clone())], &[]), Follow::Stay);
+        // Two changes on: the newest, through the chain.
+        let four = names(&["redis://a:1", "redis://b:1", "redis://d:1", "redis://e:1"]);
+        let newer = new.succeeding(&four);
+        assert_eq!(
+            follow(
+                &three,
+                &[Ok(new.clone()), Ok(newer.clone())],
+                std::slice::from_ref(&new.id)
+            ),
+            Follow::To(newer.clone())
+        );
+        // A seal naming another successor: refused.
+        let bogus = old.succeeding(&four);
+        assert!(matches!(
+            follow(&three, &[Ok(new.clone())], std::slice::from_ref(&bogus.id)),
+            Follow::Refuse(why) if why.contains(&bogus.id)
+        ));
+        // A list that is no predecessor follows nothing.
+        let other = names(&["redis://x:1", "redis://y:1", "redis://z:1"]);
+        assert_eq!(follow(&other, &[Ok(new.clone())], &[]), Follow::Stay);
+        // A successor written by an older release (no predecessor list) is not followed.
+        let legacy = Descriptor {
+            prev_nodes: None,
+            ..new.clone()
+        };
+        assert_eq!(follow(&three, &[Ok(legacy)], &[]), Follow::Stay);
+        assert_eq!(
+            sealed_for(&format!("r.e/{}#sealed:{}#done", old.id, new.id)),
+            Some(new.id.as_str())
         );
     }
 

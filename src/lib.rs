@@ -110,6 +110,6 @@ pub use membership::{
 #[cfg(feature = "test-util")]
 pub use membership::{ReadingForTests, ViewRegisterForTests};
 pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, UnknownCause};
-pub use repair::ClusterChange;
+pub use repair::{ClusterChange, ClusterInit};
 pub use safety::{clock_skews, Finding, NodeReport, Probe, Severity};
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};

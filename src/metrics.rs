@@ -28,7 +28,8 @@
 //! | `redquorum_view_changes_total` | counter | `kind` | membership (peer indexing, work distribution) views: `sealed_prepare` and `sealed_active` when this process, as a group's leader, seals a new view in that state; `adopted` when a member of this process reads a view other than the last it read (its first view too). |
 //! | `redquorum_view_drain_seconds` | histogram | | per prepared view a member of this process drains: from the start of the drain (the drain hook started) to its acknowledgement being applied by a majority. |
 //! | `redquorum_node_quarantines_total` | counter | `node` | when a client's verdict on a node turns to quarantined (its marker is missing or names another run_id: it lost data, or, in a new cluster, is not marked yet). |
-//! | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `bootstrapped` (a new cluster's nodes marked), `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
+//! | `redquorum_cluster_follows_total` | counter | | when a client configured with a node list that a change replaced follows the new cluster at connect (`Client::connect`). |
+//! | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
 
 use std::time::Duration;
 
@@ -43,6 +44,8 @@ use crate::quorum::{Decision, NodeOutcome, Tally, UnknownCause};
 pub(crate) const QUORUM_OPERATIONS: &str = "redquorum_quorum_operations_total";
 /// Histogram (seconds): quorum operations' duration by `kind`.
 pub(crate) const QUORUM_OPERATION_SECONDS: &str = "redquorum_quorum_operation_seconds";
+/// Counter: clients that followed a change of their node list.
+pub(crate) const CLUSTER_FOLLOWS: &str = "redquorum_cluster_follows_total";
 /// Counter: per-node requests by `node` and `outcome`.
 pub(crate) const NODE_REQUESTS: &str = "redquorum_node_requests_total";
 /// Histogram (seconds): per-node answer time by `node`.
@@ -75,7 +78,7 @@ pub(crate) const REPAIRS: &str = "redquorum_repairs_total";
 /// emitted without it; an exporter shows the descriptions as help text. Call it after
 /// installing the recorder.
 pub fn describe_metrics() {
-    let counters: [(&'static str, &'static str); 10] = [
+    let counters: [(&'static str, &'static str); 11] = [
         (QUORUM_OPERATIONS, "Quorum operations by kind (the operation's name) and outcome (ok, conflict, error, no_quorum)."),
         (NODE_REQUESTS, "Per-node requests of quorum operations by node index and outcome (applied, rejected, timeout, connection_lost, unreachable, excluded, server_error, abandoned)."),
         (ID_ROUNDS, "ID rounds by path (write, spare, spare_invalid)."),
@@ -85,7 +88,8 @@ pub fn describe_metrics() {
         (LEADERSHIP_CHANGES, "Leadership changes of this process by event (won, lost, resigned)."),
         (VIEW_CHANGES, "Membership view changes by kind (sealed_prepare, sealed_active, adopted)."),
         (NODE_QUARANTINES, "Nodes turned quarantined (lost their data, or not yet marked), by node index."),
-        (REPAIRS, "Repair checks of nodes by outcome (repaired, bootstrapped, deferred, not_needed)."),
+        (REPAIRS, "Repair checks of nodes by outcome (repaired, deferred, not_needed)."),
+        (CLUSTER_FOLLOWS, "Clients that followed a change of the node list at connect."),
     ];
     for (name, help) in counters {
         describe_counter!(name, Unit::Count, SharedString::const_str(help));
@@ -310,6 +314,11 @@ pub(crate) fn view_drain(took: Duration) {
 /// Node `node` turned quarantined in a client's verdicts.
 pub(crate) fn node_quarantined(node: usize) {
     counter!(NODE_QUARANTINES, "node" => node_label(node)).increment(1);
+}
+
+/// A client followed a change of its node list ([`CLUSTER_FOLLOWS`]).
+pub(crate) fn cluster_followed() {
+    counter!(CLUSTER_FOLLOWS).increment(1);
 }
 
 /// How one repair check ended (the `outcome` label of [`REPAIRS`]).

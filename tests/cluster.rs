@@ -32,12 +32,12 @@ async fn another_node_list(protected: bool) -> Result<String, Error> {
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
     let first_three = all[..3].to_vec();
-    let a = Client::connect(config(&first_three, true))
+    let a = common::connect(config(&first_three, true))
         .await
         .expect("A sets the cluster up on nodes 0, 1, 2");
     let ids_a = IdGenerator::new(&a, "order").expect("valid");
     ids_a.next_id().await.expect("A issues an ID");
-    let b = Client::connect(config(&all, protected)).await?;
+    let b = common::connect(config(&all, protected)).await?;
     let ids_b = IdGenerator::new(&b, "order").expect("valid");
     ids_b
         .next_id()
@@ -114,7 +114,7 @@ async fn without_cluster_identity_another_node_list_admits_two_lease_holders() {
 async fn one_server_two_urls(protected: bool) -> Result<usize, Error> {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let _setup = Client::connect(config(&cluster.urls(), true))
+    let _setup = common::connect(config(&cluster.urls(), true))
         .await
         .expect("the cluster is set up on its three nodes");
     let urls = vec![
@@ -124,7 +124,7 @@ async fn one_server_two_urls(protected: bool) -> Result<usize, Error> {
     ];
     cluster.node(0).refuse();
     cluster.node(1).refuse();
-    let c = Client::connect(config(&urls, protected)).await?;
+    let c = common::connect(config(&urls, protected)).await?;
     cluster.node(0).heal();
     let tally = c.ping().await?;
     Ok(tally.applied())
@@ -150,12 +150,12 @@ async fn without_per_fan_out_claims_one_server_votes_twice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
+async fn changing_the_node_list_keeps_order_and_an_old_list_client_follows_it() {
     init_tracing();
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
     let first_three = all[..3].to_vec();
-    let a = Client::connect(config(&first_three, true))
+    let a = common::connect(config(&first_three, true))
         .await
         .expect("A sets the cluster up on nodes 0, 1, 2");
     let ids_a = IdGenerator::new(&a, "order").expect("valid");
@@ -179,13 +179,25 @@ async fn changing_the_node_list_keeps_order_and_refuses_the_old_list() {
         ids_a.next_id().await.is_err(),
         "a client of the old list gets no majority after the change"
     );
-    match Client::connect(config(&first_three, true)).await {
-        Err(Error::Config(ConfigError::ClusterMismatch(why))) => {
-            println!("old list refused: {why}")
-        }
-        other => panic!("a new client with the old list must be refused, got {other:?}"),
-    }
-    let b = Client::connect(config(&all, true))
+    // A new client still configured with the old list follows the change.
+    let follower = common::connect(config(&first_three, true))
+        .await
+        .expect("a new client with the old list follows the new cluster");
+    assert_eq!(
+        sorted(follower.node_urls()),
+        sorted(&all),
+        "the follower works through the new cluster's five nodes"
+    );
+    let f = IdGenerator::new(&follower, "order")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("the follower issues IDs in the new cluster");
+    assert!(
+        f > last_a,
+        "the follower's ID {f} must follow A's last {last_a}"
+    );
+    let b = common::connect(config(&all, true))
         .await
         .expect("a client of the new list connects");
     let ids_b = IdGenerator::new(&b, "order").expect("valid");
@@ -204,7 +216,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
     let cluster = Cluster::start(6).await;
     let all = cluster.urls();
     let (old, new, other) = (all[0..3].to_vec(), all[3..6].to_vec(), all[3..5].to_vec());
-    let a = Client::connect(config(&old, true))
+    let a = common::connect(config(&old, true))
         .await
         .expect("the old cluster");
     let ids_a = IdGenerator::new(&a, "s").expect("valid");
@@ -213,7 +225,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
         .await
         .expect("old -> new (every node replaced)");
     // A client that still has the old list tries to move the old cluster elsewhere.
-    let stale = Client::connect(config(&old, true))
+    let stale = common::connect(config(&old, true))
         .await
         .expect("the old nodes still hold the old descriptor");
     let second = stale.change_cluster(config(&other, true)).await;
@@ -222,7 +234,7 @@ async fn a_sealed_cluster_cannot_be_changed_again_to_another_list() {
         second.is_err(),
         "nodes sealed for one successor cannot be sealed for another: {second:?}"
     );
-    let b = Client::connect(config(&new, true))
+    let b = common::connect(config(&new, true))
         .await
         .expect("the new cluster");
     let y = IdGenerator::new(&b, "s")
@@ -240,7 +252,7 @@ async fn replacement_list_before_the_change(pinned: bool) -> (u64, Option<u64>) 
     let cluster = Cluster::start(6).await;
     let all = cluster.urls();
     let (old, new) = (all[0..3].to_vec(), all[3..6].to_vec());
-    let a = Client::connect(config(&old, true))
+    let a = common::connect(config(&old, true))
         .await
         .expect("the old cluster");
     let ids = IdGenerator::new(&a, "s").expect("valid");
@@ -253,7 +265,7 @@ async fn replacement_list_before_the_change(pinned: bool) -> (u64, Option<u64>) 
     if pinned {
         cfg = cfg.with_cluster_id(&id).expect("a valid id");
     }
-    let got = match Client::connect(cfg).await {
+    let got = match common::connect(cfg).await {
         Ok(b) => IdGenerator::new(&b, "s")
             .expect("valid")
             .next_id()
@@ -282,4 +294,81 @@ async fn unpinned_a_replacement_list_starts_a_fresh_cluster() {
         "without a pin the blank nodes become a fresh cluster whose IDs start over (the hazard the \
          pin closes)"
     );
+}
+
+/// A shrink from five nodes to three, and the two removed nodes gone: a client still
+/// configured with the five follows the three (the successor records its predecessor's list);
+/// a seal naming another successor than the one the new nodes hold is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_list_client_follows_a_shrink_after_the_removed_nodes_are_gone() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let all = cluster.urls();
+    let three = all[..3].to_vec();
+    let a = common::connect(config(&all, true))
+        .await
+        .expect("five nodes");
+    let ids = IdGenerator::new(&a, "s").expect("valid");
+    let mut last = 0;
+    for _ in 0..5 {
+        last = ids.next_id().await.expect("an ID");
+    }
+    let change = a
+        .change_cluster(config(&three, true))
+        .await
+        .expect("five nodes -> three");
+    drop((ids, a));
+
+    // A seal naming a bogus successor on node 4 (still up): the old list is refused.
+    let mut n4 = cluster.node(4).direct_connection().await;
+    let marker: String = redis::cmd("GET")
+        .arg("rq:marker")
+        .query_async(&mut n4)
+        .await
+        .expect("node 4's marker");
+    let (head, _) = marker
+        .split_once("#sealed:")
+        .expect("node 4 was sealed by the change");
+    let bogus = format!("{head}#sealed:0123456789abcdef");
+    let () = redis::cmd("SET")
+        .arg("rq:marker")
+        .arg(&bogus)
+        .query_async(&mut n4)
+        .await
+        .expect("SET");
+    match Client::connect(config(&all, true)).await {
+        Err(Error::Config(ConfigError::ClusterMismatch(why)))
+            if why.contains("0123456789abcdef") =>
+        {
+            println!("refused as it must be: {why}")
+        }
+        other => panic!("a seal naming another successor must be refused: {other:?}"),
+    }
+    let () = redis::cmd("SET")
+        .arg("rq:marker")
+        .arg(&marker)
+        .query_async(&mut n4)
+        .await
+        .expect("SET");
+
+    // The removed nodes are gone.
+    cluster.node(3).kill().await;
+    cluster.node(4).kill().await;
+    let follower = Client::connect(config(&all, true))
+        .await
+        .expect("the five-node list follows the three");
+    assert_eq!(sorted(follower.node_urls()), sorted(&three));
+    assert_eq!(follower.cluster().map(|d| d.id), Some(change.to.id));
+    let y = IdGenerator::new(&follower, "s")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("the follower issues IDs");
+    assert!(y > last, "{y} must follow {last}");
+}
+
+fn sorted(urls: &[String]) -> Vec<String> {
+    let mut v = urls.to_vec();
+    v.sort();
+    v
 }

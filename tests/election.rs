@@ -15,7 +15,7 @@ use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(common::config_from_urls(urls).expect("valid"))
+    common::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }

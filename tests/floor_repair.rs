@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::init_tracing;
-use redquorum::{Client, IdGenerator, Lock};
+use redquorum::{IdGenerator, Lock};
 use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
@@ -54,7 +54,7 @@ async fn release_during_repair(recheck: bool) -> Outcome {
             c.without_floor_recheck_for_tests()
         }
     };
-    let c = Client::connect(config(&cluster.urls()))
+    let c = common::connect(config(&cluster.urls()))
         .await
         .expect("connect");
     let g = IdGenerator::new(&c, "warm").unwrap();
@@ -171,7 +171,7 @@ async fn release_during_repair(recheck: bool) -> Outcome {
     }
     // Node 0 unreachable: a fresh client's majority is nodes 1 and 2.
     cluster.node(0).refuse();
-    let fresh = Client::connect(config(&cluster.urls()))
+    let fresh = common::connect(config(&cluster.urls()))
         .await
         .expect("connect");
     let mut lower_tokens = Vec::new();

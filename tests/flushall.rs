@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config_from_urls, init_tracing};
-use redquorum::{Client, Config, CopyEvent, Error, IdGenerator, Units};
+use redquorum::{Config, CopyEvent, Error, IdGenerator, Units};
 use redquorum_testkit::Cluster;
 
 /// FLUSHALL on the node at `url` (straight to the server).
@@ -81,7 +81,7 @@ async fn change_with_a_source_flushed(blind: bool) -> (u64, u64) {
     let (a, b, c, d) = (&all[0], &all[1], &all[2], &all[3]);
     let old_list = vec![a.clone(), b.clone(), c.clone()];
     let new_list = vec![a.clone(), b.clone(), d.clone()];
-    let old = Client::connect(config_from_urls(&old_list).unwrap())
+    let old = common::connect(config_from_urls(&old_list).unwrap())
         .await
         .expect("the old cluster is set up on A, B, C");
     let ids = IdGenerator::new(&old, "orders").unwrap();
@@ -106,7 +106,7 @@ async fn change_with_a_source_flushed(blind: bool) -> (u64, u64) {
     if blind {
         changer = changer.with_blind_copy_reads_for_tests();
     }
-    let changer = Client::connect(changer)
+    let changer = common::connect(changer)
         .await
         .expect("the operator's client");
     cluster.node(2).cut_off();
@@ -126,7 +126,7 @@ async fn change_with_a_source_flushed(blind: bool) -> (u64, u64) {
             .expect("run again with C back, the change finishes from the sealed {B, C}");
         println!("run again: {again:?}");
     }
-    let new = Client::connect(config_from_urls(&new_list).unwrap())
+    let new = common::connect(config_from_urls(&new_list).unwrap())
         .await
         .expect("a client of the new list");
     // Let the new list's client repair whatever it finds quarantined.
@@ -171,7 +171,7 @@ async fn repair_with_a_source_flushed(blind: bool) -> (u64, u64) {
     init_tracing();
     let cluster = Cluster::start(5).await;
     let urls = cluster.urls();
-    let producer = Client::connect(config_from_urls(&urls).unwrap())
+    let producer = common::connect(config_from_urls(&urls).unwrap())
         .await
         .expect("the cluster is set up on five nodes");
     let ids = IdGenerator::new(&producer, "orders").unwrap();
@@ -195,15 +195,19 @@ async fn repair_with_a_source_flushed(blind: bool) -> (u64, u64) {
     println!("IDs up to {last} on nodes 0, 3, 4; nodes 1 and 2 hold {stale}");
 
     cluster.node(4).wipe_and_restart().await;
-    // A settle long enough for node 3's restart to land inside it.
+    // A settle long enough for node 3's restart to land inside it: the cluster's node
+    // timeout, raised to 2 s (every repair waits it).
     let mut config = config_from_urls(&urls)
         .unwrap()
         .with_node_timeout(Duration::from_secs(2));
+    redquorum::Client::init_cluster(config.clone())
+        .await
+        .expect("the node timeout raised to 2 s");
     config = flush_when_the_copy_starts(config, cluster.node(0).direct_url());
     if blind {
         config = config.with_blind_copy_reads_for_tests();
     }
-    let (repairer, ()) = tokio::join!(Client::connect(config), async {
+    let (repairer, ()) = tokio::join!(common::connect(config), async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         cluster.node(3).kill_and_restart().await;
         println!("node 3 restarted while node 4's repair settles");
@@ -251,7 +255,7 @@ async fn a_late_page_write(unclaimed: bool) -> std::collections::BTreeSet<String
     let cluster = Cluster::start(3).await;
     let urls = cluster.urls();
     let quick = |c: Config| c.with_operation_timeout(Duration::from_millis(500));
-    let producer = Client::connect(quick(config_from_urls(&urls).unwrap()))
+    let producer = common::connect(quick(config_from_urls(&urls).unwrap()))
         .await
         .expect("the producer's client");
     let units = Units::new(&producer, "pool").unwrap();
@@ -286,7 +290,7 @@ async fn a_late_page_write(unclaimed: bool) -> std::collections::BTreeSet<String
             })
         }
     });
-    let r1 = Client::connect(r1).await.expect("R1");
+    let r1 = common::connect(r1).await.expect("R1");
     let _ = Units::new(&r1, "pool").unwrap().list().await;
     tokio::time::timeout(Duration::from_secs(20), paused_rx)
         .await
@@ -295,7 +299,7 @@ async fn a_late_page_write(unclaimed: bool) -> std::collections::BTreeSet<String
     println!("R1 paused between its page read and its page write");
 
     // R2 watches R1's claim unchanged for its lifetime, takes it over and repairs the node.
-    let r2 = Client::connect(quick(config_from_urls(&urls).unwrap()))
+    let r2 = common::connect(quick(config_from_urls(&urls).unwrap()))
         .await
         .expect("R2");
     common::wait_repaired(cluster.node(2), &r2).await;
@@ -303,7 +307,7 @@ async fn a_late_page_write(unclaimed: bool) -> std::collections::BTreeSet<String
 
     // u is removed and collected on every node (by a client that probed the repaired node:
     // one whose probe predates the repair is refused there once, as after any repair).
-    let producer = Client::connect(quick(config_from_urls(&urls).unwrap()))
+    let producer = common::connect(quick(config_from_urls(&urls).unwrap()))
         .await
         .expect("the producer's client, again");
     let units = Units::new(&producer, "pool").unwrap();
@@ -362,7 +366,7 @@ async fn dead_repairer_then_clock_back(node_clock: bool) -> Option<Duration> {
             c
         }
     };
-    let first = Client::connect(config()).await.expect("the cluster");
+    let first = common::connect(config()).await.expect("the cluster");
     IdGenerator::new(&first, "orders")
         .unwrap()
         .next_id()
@@ -383,7 +387,7 @@ async fn dead_repairer_then_clock_back(node_clock: bool) -> Option<Duration> {
         Box::pin(async {})
     });
     // Its repair runs in a task of its own and hangs there, holding the claim.
-    let _dead = Client::connect(hangs)
+    let _dead = common::connect(hangs)
         .await
         .expect("the repairer that dies");
     tokio::time::timeout(Duration::from_secs(20), rx)
@@ -394,7 +398,7 @@ async fn dead_repairer_then_clock_back(node_clock: bool) -> Option<Duration> {
     println!("node 2's clock stepped back an hour; its claim is a dead repairer's");
 
     let started = std::time::Instant::now();
-    let other = Client::connect(config()).await.expect("another client");
+    let other = common::connect(config()).await.expect("another client");
     while started.elapsed() < Duration::from_secs(30) {
         let _ = other.ping().await;
         if other.check().await.get(2).is_some_and(|r| r.votes) {

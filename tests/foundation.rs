@@ -95,7 +95,7 @@ async fn a_frozen_node_does_not_slow_a_majority_operation() {
     let config = Config::from_urls(cluster.urls())
         .expect("valid")
         .with_node_timeout(node_timeout);
-    let client = Client::connect(config).await.expect("valid config");
+    let client = common::connect(config).await.expect("valid config");
     ping_latencies(&client, 20).await; // warm up
 
     let mut healthy = ping_latencies(&client, 200).await;
@@ -137,7 +137,7 @@ async fn a_majority_that_needs_the_frozen_node_costs_exactly_its_deadline() {
         .expect("valid")
         .with_node_timeout(node_timeout)
         .with_connect_timeout(node_timeout);
-    let client = Client::connect(config).await.expect("valid config");
+    let client = common::connect(config).await.expect("valid config");
     client.ping().await.expect("healthy");
 
     cluster.node(1).kill().await;
@@ -259,7 +259,7 @@ async fn unsafe_nodes_are_reported_and_do_not_vote_in_strict_mode() {
         .warnings()
         .iter()
         .any(|w| w.contains("no guarantee")));
-    let loose = Client::connect(permissive).await.expect("valid");
+    let loose = common::connect(permissive).await.expect("valid");
     loose
         .ping()
         .await
@@ -375,7 +375,7 @@ async fn an_unverifiable_fsync_policy_is_never_reported_ok() {
     let attested = Config::from_urls(&urls)
         .expect("valid")
         .with_fsync_always_attested(true);
-    let client = Client::connect(attested).await.expect("valid");
+    let client = common::connect(attested).await.expect("valid");
     for r in client.check().await {
         assert!(
             r.votes,
@@ -421,7 +421,7 @@ async fn passwords_never_appear_in_display_debug_logs_or_errors() {
     let with_pw = |u: String| u.replace("redis://", &format!("redis://default:{PW}@"));
     let mut urls: Vec<String> = cluster.nodes().iter().map(|n| with_pw(n.url())).collect();
     let config = Config::from_urls(&urls).expect("valid");
-    let client = Client::connect(config.clone()).await.expect("valid");
+    let client = common::connect(config.clone()).await.expect("valid");
     client.ping().await.expect("the right password works");
     let reports = client.check().await;
 
@@ -431,7 +431,7 @@ async fn passwords_never_appear_in_display_debug_logs_or_errors() {
         .url()
         .replace("redis://", "redis://default:Wr0ng-Passw0rd@");
     urls[2] = with_pw("redis://127.0.0.1:1".into());
-    let bad = Client::connect(Config::from_urls(&urls).expect("valid"))
+    let bad = common::connect(Config::from_urls(&urls).expect("valid"))
         .await
         .expect("valid");
     let err = bad.ping().await.expect_err("one good node of three");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::workload;
 use common::{evalsha_calls, eventually, init_tracing, script};
-use redquorum::{Client, Error, IdGenerator};
+use redquorum::{Error, IdGenerator};
 use redquorum_testkit::checker::{check_ids, IdCall};
 use redquorum_testkit::Cluster;
 
@@ -18,7 +18,7 @@ async fn generators(urls: &[String], count: usize, sequence: &str) -> Vec<IdGene
     let mut gens = Vec::new();
     for _ in 0..count {
         // A separate client per generator: separate connections, separate rounds.
-        let client = Client::connect(common::config_from_urls(urls).expect("valid"))
+        let client = common::connect(common::config_from_urls(urls).expect("valid"))
             .await
             .expect("valid");
         gens.push(IdGenerator::new(&client, sequence).expect("valid name"));
@@ -66,7 +66,7 @@ async fn ids_stay_unique_and_ordered_while_faults_hit_a_minority() {
     };
     let mut gens = Vec::new();
     for _ in 0..8 {
-        let client = Client::connect(config(&cluster.urls()))
+        let client = common::connect(config(&cluster.urls()))
             .await
             .expect("valid");
         gens.push(IdGenerator::new(&client, "faulty").expect("valid"));
@@ -147,7 +147,7 @@ async fn a_node_wiped_mid_run_causes_no_duplicate_and_no_inversion() {
     if let Err(v) = check_ids(&seen.calls) {
         panic!("checker: {v}");
     }
-    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let client = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     eventually(
@@ -187,7 +187,7 @@ async fn amnesia_scenario(protect: bool) -> (Vec<IdCall>, Option<Error>) {
     };
 
     // The cluster is set up (every node marked) while all nodes are up.
-    let first = Client::connect(config(cluster.urls()))
+    let first = common::connect(config(cluster.urls()))
         .await
         .expect("valid");
     cluster.node(2).cut_off();
@@ -208,7 +208,7 @@ async fn amnesia_scenario(protect: bool) -> (Vec<IdCall>, Option<Error>) {
         cluster.node(2).url(),
     ];
     let second =
-        Client::connect(config(second_urls).with_operation_timeout(Duration::from_secs(1)))
+        common::connect(config(second_urls).with_operation_timeout(Duration::from_secs(1)))
             .await
             .expect("valid");
     let gen2 = IdGenerator::new(&second, "amnesia").expect("valid");
@@ -276,7 +276,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
     let mut calls = Vec::new();
 
     // {A, B} and {C, D} are both "quorums" of two: they need not intersect.
-    let first = Client::connect(half(cluster.urls())).await.expect("valid");
+    let first = common::connect(half(cluster.urls())).await.expect("valid");
     cluster.node(2).cut_off();
     cluster.node(3).cut_off();
     let gen1 = IdGenerator::new(&first, "split").expect("valid");
@@ -303,7 +303,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
         cluster.node(2).direct_url(),
         cluster.node(3).direct_url(),
     ];
-    let second = Client::connect(half(second_urls)).await.expect("valid");
+    let second = common::connect(half(second_urls)).await.expect("valid");
     let gen2 = IdGenerator::new(&second, "split").expect("valid");
     for _ in 0..10 {
         let start = std::time::Instant::now();
@@ -323,7 +323,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
     );
 
     // The real majority (three of four) refuses the first phase outright.
-    let majority = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let majority = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let err = IdGenerator::new(&majority, "split")
@@ -338,7 +338,7 @@ async fn with_a_quorum_of_half_the_checker_catches_repeated_ids() {
 async fn a_lost_reply_is_never_counted_as_an_acceptance() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(
+    let client = common::connect(
         common::config_from_urls(cluster.urls())
             .expect("valid")
             .with_operation_timeout(Duration::from_secs(1)),
@@ -383,7 +383,7 @@ async fn a_lost_reply_is_never_counted_as_an_acceptance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error() {
     let cluster = Cluster::start(1).await;
-    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let client = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     assert!(matches!(IdGenerator::new(&client, ""), Err(Error::Name(_))));
@@ -421,7 +421,7 @@ async fn spare_story(validated: bool) -> Vec<IdCall> {
     } else {
         config.with_unvalidated_spares_for_tests()
     };
-    let a = Client::connect(config).await.expect("valid");
+    let a = common::connect(config).await.expect("valid");
     let orders = IdGenerator::new(&a, "spare").expect("valid name");
     let call = |who: &str, start: std::time::Instant, ids: Vec<u64>| IdCall {
         who: who.into(),
@@ -488,7 +488,7 @@ async fn without_the_validating_read_the_checker_catches_an_older_spare_id() {
 async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let client = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let options = redquorum::IdOptions::default()
@@ -533,7 +533,7 @@ async fn proposals_of_many_sequences_share_node_calls_and_each_keeps_its_order()
 async fn fresh_generators_in_one_process_start_above_the_reserved_spares() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let client = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let mut firsts = Vec::new();
@@ -557,7 +557,7 @@ async fn fresh_generators_in_one_process_start_above_the_reserved_spares() {
 async fn the_last_ids_below_two_to_the_53_are_handed_out_before_exhaustion() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let client = Client::connect(common::config_from_urls(cluster.urls()).expect("valid"))
+    let client = common::connect(common::config_from_urls(cluster.urls()).expect("valid"))
         .await
         .expect("valid");
     let limit: u64 = 1 << 53;

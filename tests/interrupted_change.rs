@@ -50,7 +50,7 @@ async fn interrupt_at(from: &[String], to: &[String], phase: CopyEvent, nth: usi
         }
         Box::pin(async {})
     });
-    let client = Client::connect(hooked)
+    let client = common::connect(hooked)
         .await
         .expect("the old list connects");
     tokio::select! {
@@ -85,7 +85,7 @@ async fn interrupted_then_rerun_with(
     let all = cluster.urls();
     let old: Vec<String> = all[..3].to_vec();
     let new: Vec<String> = new.iter().map(|&i| all[i].clone()).collect();
-    let a = Client::connect(config(&old, true))
+    let a = common::connect(config(&old, true))
         .await
         .expect("the old cluster");
     let ids = IdGenerator::new(&a, "orders").expect("valid");
@@ -109,7 +109,7 @@ async fn interrupted_then_rerun_with(
             )
         });
     println!("re-run: {rerun:?}");
-    let first = match Client::connect(config(&new, true)).await {
+    let first = match common::connect(config(&new, true)).await {
         Err(e) => Err(format!("the new list's client is refused: {e}")),
         Ok(b) => match IdGenerator::new(&b, "orders")
             .expect("valid")
@@ -209,7 +209,7 @@ async fn a_finished_change_run_again_does_nothing() {
         all[..3].to_vec(),
         vec![all[0].clone(), all[1].clone(), all[3].clone()],
     );
-    let a = Client::connect(config(&old, true)).await.expect("old");
+    let a = common::connect(config(&old, true)).await.expect("old");
     let last = IdGenerator::new(&a, "orders")
         .expect("valid")
         .next_id()
@@ -227,7 +227,7 @@ async fn a_finished_change_run_again_does_nothing() {
         again.done_before && again.to.id == first.to.id,
         "the second run finds the same change done: {again:?}"
     );
-    let b = Client::connect(config(&new, true)).await.expect("new");
+    let b = common::connect(config(&new, true)).await.expect("new");
     let id = IdGenerator::new(&b, "orders")
         .expect("valid")
         .next_id()
@@ -244,7 +244,7 @@ async fn stale_rerun(protected: bool) -> (Result<String, Error>, usize) {
     let cluster = Cluster::start(6).await;
     let all = cluster.urls();
     let (old, new) = (all[..3].to_vec(), all[3..].to_vec());
-    let a = Client::connect(config(&old, protected)).await.expect("old");
+    let a = common::connect(config(&old, protected)).await.expect("old");
     IdGenerator::new(&a, "orders")
         .expect("valid")
         .next_id()
@@ -308,7 +308,7 @@ async fn a_resumed_change_pinned_to_neither_of_its_clusters_is_refused() {
         all[..3].to_vec(),
         vec![all[0].clone(), all[1].clone(), all[3].clone()],
     );
-    Client::connect(config(&old, true)).await.expect("old");
+    common::connect(config(&old, true)).await.expect("old");
     interrupt_at(&old, &new, CopyEvent::Marked, 1).await;
     let pinned = config(&old, true)
         .with_cluster_id("00000000000000ff")

@@ -29,7 +29,7 @@ async fn client(urls: &[String], protected: bool) -> Client {
     if !protected {
         config = config.with_server_clock_leases_for_tests();
     }
-    Client::connect(config).await.expect("test config is valid")
+    common::connect(config).await.expect("test config is valid")
 }
 
 /// The value of the copy of lock `name` that `node` holds, if any.
@@ -331,7 +331,7 @@ async fn case_c_wiped_node_whose_sources_disagree(protected: bool) -> Option<Str
             c.with_newest_lease_restore_for_tests()
         }
     };
-    let a = Client::connect(config(&cluster.urls()))
+    let a = common::connect(config(&cluster.urls()))
         .await
         .expect("A connects");
     cluster.node(2).cut_off();
@@ -345,7 +345,7 @@ async fn case_c_wiped_node_whose_sources_disagree(protected: bool) -> Option<Str
     let contender = FrozenContender::acquire_on(cluster.node(2), guard_a.token().get() + 1).await;
 
     cluster.node(0).wipe_and_restart().await;
-    let b = Client::connect(config(&cluster.urls()))
+    let b = common::connect(config(&cluster.urls()))
         .await
         .expect("B connects");
     wait_repaired(cluster.node(0), &b).await;

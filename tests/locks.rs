@@ -18,7 +18,7 @@ use redquorum_testkit::Cluster;
 use tokio::time::Instant;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(common::config_from_urls(urls).expect("valid"))
+    common::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }
@@ -356,14 +356,14 @@ async fn with_a_quorum_of_half_the_tenure_checker_catches_two_holders() {
             .unwrap()
             .with_unsafe_quorum_for_tests(2)
     };
-    let a = Client::connect(half(cluster.urls())).await.unwrap();
+    let a = common::connect(half(cluster.urls())).await.unwrap();
     let b_urls = vec![
         cluster.node(0).url(),
         cluster.node(1).url(),
         cluster.node(2).direct_url(),
         cluster.node(3).direct_url(),
     ];
-    let b = Client::connect(half(b_urls)).await.unwrap();
+    let b = common::connect(half(b_urls)).await.unwrap();
     // A reaches only {0, 1}; B reaches only {2, 3} (the proxies of 0 and 1 are cut for B
     // because B's URLs for them are the proxies we cut after A acquired).
     cluster.node(2).cut_off();

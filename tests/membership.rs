@@ -30,7 +30,7 @@ const I3_BOUND: Duration = Duration::from_millis(1500);
 type History = Vec<(Instant, Option<Assignment>)>;
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(common::config_from_urls(urls).expect("valid"))
+    common::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }
@@ -316,7 +316,7 @@ async fn join_with(urls: &[String], id: &str, opts: GroupOptions, protected: boo
     if !protected {
         config = config.with_server_clock_leases_for_tests();
     }
-    let client = Client::connect(config).await.expect("valid");
+    let client = common::connect(config).await.expect("valid");
     Member::join(&client, "faults", id, opts)
         .await
         .expect("join")
@@ -416,7 +416,7 @@ async fn flushed_right_after_a_beat(repeatable: bool) -> Result<(), OwnerViolati
         if repeatable {
             config = config.with_repeatable_beats_for_tests();
         }
-        Client::connect(config).await.expect("valid")
+        common::connect(config).await.expect("valid")
     };
     let join = |urls: Vec<String>, id: &'static str| async move {
         let client = connect(urls).await;

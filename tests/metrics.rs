@@ -114,7 +114,7 @@ fn matches(rendered: &str, name: &str, labels: &[(&str, &str)]) -> bool {
 }
 
 async fn client(urls: Vec<String>) -> Client {
-    Client::connect(Config::from_urls(urls).expect("valid"))
+    common::connect(Config::from_urls(urls).expect("valid"))
         .await
         .expect("valid")
 }

@@ -66,7 +66,7 @@ async fn works(client: &Client, what: &str) {
 
 /// The reasons every node gave in `check`, and the error an ID request gives.
 async fn failure(config: Config) -> String {
-    let client = Client::connect(config).await.expect("config is valid");
+    let client = common::connect(config).await.expect("config is valid");
     let mut reasons: Vec<String> = client.check().await.iter().map(|r| r.summary()).collect();
     let err = IdGenerator::new(&client, "tls")
         .expect("valid")
@@ -82,7 +82,7 @@ async fn mutual_tls_with_a_ca_file_and_a_client_certificate_serves_every_operati
     init_tracing();
     let pki = Pki::generate();
     let nodes = nodes(&pki, "yes").await;
-    let client = Client::connect(
+    let client = common::connect(
         config(urls(&nodes, "127.0.0.1", None))
             .with_ca_file(&pki.ca)
             .expect("CA")
@@ -99,7 +99,7 @@ async fn without_client_authentication_the_ca_file_alone_is_enough() {
     init_tracing();
     let pki = Pki::generate();
     let nodes = nodes(&pki, "no").await;
-    let client = Client::connect(
+    let client = common::connect(
         config(urls(&nodes, "localhost", None))
             .with_ca_file(&pki.ca)
             .expect("CA"),
@@ -123,7 +123,7 @@ async fn the_server_name_is_verified_in_place_of_the_urls_host() {
     };
     // The certificate names node.redquorum.test, which no resolver knows: the connection
     // still goes to 127.0.0.1, and the name is what is verified.
-    let client = Client::connect(base().with_server_name(SERVER_NAME).expect("valid name"))
+    let client = common::connect(base().with_server_name(SERVER_NAME).expect("valid name"))
         .await
         .expect("valid");
     works(&client, "server name").await;
@@ -271,7 +271,7 @@ async fn the_permission_check_names_what_the_user_lacks_and_which_feature_needs_
         &acl::setuser_lines("rq", &[Feature::Ids], true).expect("lines"),
     )
     .await;
-    let client = Client::connect(tls(config(urls(&nodes, "127.0.0.1", Some("rq")))))
+    let client = common::connect(tls(config(urls(&nodes, "127.0.0.1", Some("rq")))))
         .await
         .expect("valid");
     works_for_ids(&client).await;
@@ -307,7 +307,7 @@ async fn the_permission_check_names_what_the_user_lacks_and_which_feature_needs_
         ],
     )
     .await;
-    let client = Client::connect(tls(config(urls(&nodes, "127.0.0.1", Some("rq")))))
+    let client = common::connect(tls(config(urls(&nodes, "127.0.0.1", Some("rq")))))
         .await
         .expect("valid");
     for r in client.check_permissions(&[Feature::Ids]).await {
@@ -320,7 +320,7 @@ async fn the_permission_check_names_what_the_user_lacks_and_which_feature_needs_
             r.node
         );
     }
-    let attested = Client::connect(
+    let attested = common::connect(
         tls(config(urls(&nodes, "127.0.0.1", Some("rq")))).with_fsync_always_attested(true),
     )
     .await

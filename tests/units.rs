@@ -100,7 +100,7 @@ async fn removed_units_listed_after_a_wipe(protected: bool) -> Option<usize> {
     if !protected {
         config = config.with_amnesia_protection_disabled_for_tests();
     }
-    let c = redquorum::Client::connect(config).await.expect("connect");
+    let c = common::connect(config).await.expect("connect");
     let sites = Units::new(&c, "parsers").unwrap();
     sites.add(&names("site", 20)).await.expect("added");
     cluster.node(0).kill().await;
@@ -445,7 +445,7 @@ async fn the_leaders_cursors_are_per_node_even_when_markers_are_alike() {
     let cfg = redquorum::Config::from_urls(&urls)
         .unwrap()
         .with_amnesia_protection_disabled_for_tests();
-    let c = redquorum::Client::connect(cfg).await.unwrap();
+    let c = common::connect(cfg).await.unwrap();
     let units = Units::new(&c, "q").unwrap();
     units.add(&["x".to_string()]).await.unwrap();
     let reader = redquorum::LeaderUnitsForTests::new(&c, "q").unwrap();

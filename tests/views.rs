@@ -16,7 +16,7 @@ use redquorum_testkit::Cluster;
 const TASKS: u64 = 64;
 
 async fn client(urls: &[String]) -> Client {
-    Client::connect(common::config_from_urls(urls).expect("valid"))
+    common::connect(common::config_from_urls(urls).expect("valid"))
         .await
         .expect("connects")
 }

@@ -314,3 +314,10 @@ pub mod profile {
         }
     }
 }
+
+/// A client over `config`'s nodes, after the operator's `cluster init` (idempotent: a no-op on
+/// a cluster set up already).
+pub async fn connect(config: redquorum::Config) -> Result<redquorum::Client, redquorum::Error> {
+    redquorum::Client::init_cluster(config.clone()).await?;
+    redquorum::Client::connect(config).await
+}

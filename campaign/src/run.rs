@@ -201,6 +201,12 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         aimed_cancelled: 0,
         aims_missed: BTreeMap::new(),
     };
+    // The operator's one `cluster init`, before any client.
+    redquorum::Client::init_cluster(
+        redquorum::Config::from_urls(campaign.nodes.urls()).map_err(|e| e.to_string())?,
+    )
+    .await
+    .map_err(|e| format!("cluster init: {e}"))?;
     if opts.dist_members > 0 {
         let client = redquorum::Client::connect(
             redquorum::Config::from_urls(campaign.nodes.urls()).map_err(|e| e.to_string())?,

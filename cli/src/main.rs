@@ -121,6 +121,12 @@ enum Command {
         /// indexing, distribution); default all.
         #[arg(long, value_delimiter = ',')]
         feature: Vec<String>,
+        /// Wait up to DURATION for every node to vote (reachable, safe, repaired: after a
+        /// node's restart in a rolling restart, say), then report; exit 0 once they all do.
+        /// With --wait, check repairs quarantined nodes as every client does (without it,
+        /// check only reads).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        wait: Option<Duration>,
     },
     /// Print the least-privilege Redis ACL for redquorum's user as `ACL SETUSER` commands,
     /// one per line, for `redis-cli` to run as they are (needs no nodes). The first line
@@ -296,12 +302,19 @@ enum UnitsCommand {
 
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
+    /// Set the cluster up on blank nodes, once, before any other command (which refuse blank
+    /// nodes): every node must answer. Its descriptor records --node-timeout (default 250ms)
+    /// as the cluster's node timeout, the longest any client may use. On a cluster set up
+    /// already it changes nothing, except raising the node timeout to a longer --node-timeout
+    /// (never lowering it). If every node lost its data, this is how the operator decides
+    /// that IDs and fencing tokens start again from 1.
+    Init,
     /// Print the cluster's id and node list as the nodes hold them.
     Show,
     /// Change the cluster's node list (add, remove or replace nodes) from the current list
     /// (--nodes) to TO: seals the old cluster, copies every value to the new nodes, marks them.
-    /// Clients with the old list are refused from then on (in a swap, with as many nodes, they
-    /// work in the new cluster through the nodes both lists name); restart them with the new list.
+    /// A client still configured with the old list follows the new cluster when it connects
+    /// (a running one fails once the old nodes are sealed: restart it); update its list.
     /// An interrupted change (killed, a node down) is finished by running the same command
     /// again; once done, running it again changes nothing.
     Change {
@@ -564,7 +577,7 @@ fn precheck(command: &Command) -> Result<(), Failure> {
         }
     };
     match command {
-        Command::Check { feature } | Command::Acl { feature, .. } => {
+        Command::Check { feature, .. } | Command::Acl { feature, .. } => {
             features(feature)?;
         }
         Command::Id(IdCommand::Next { sequence, count }) => {
@@ -846,6 +859,13 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::Cluster(ClusterCommand::Init) = &cli.command {
+        return cluster_init(config).await;
+    }
+    if let Command::Check { feature, wait } = &cli.command {
+        let features = features(feature)?;
+        return Ok(check_command(config, &features, *wait, format).await?);
+    }
     let client = Client::connect(config.clone()).await?;
     match cli.command {
         Command::Cluster(ClusterCommand::Show) => match client.cluster() {
@@ -866,13 +886,8 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
         },
         // Handled before connecting, above.
         Command::Cluster(ClusterCommand::Change { .. }) => Ok(ExitCode::SUCCESS),
-        Command::Check { feature } => {
-            let features = features(&feature)?;
-            Ok(match format {
-                Format::Text => check(&client, &features).await,
-                Format::Json => output::check_json(&client, &features).await,
-            })
-        }
+        // Handled before connecting, above.
+        Command::Check { .. } | Command::Cluster(ClusterCommand::Init) => Ok(ExitCode::SUCCESS),
         Command::Acl { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
         Command::Election(command) => Ok(election::run(&client, command, format).await?),
         Command::Job(command) => job::run(&client, command).await,
@@ -1066,6 +1081,65 @@ fn read_lines(path: &str) -> Result<Vec<String>, redquorum::Error> {
         .collect())
 }
 
+/// `cluster init`: set the cluster up, or confirm it (raising its node timeout).
+async fn cluster_init(config: Config) -> Result<ExitCode, Failure> {
+    let init = Client::init_cluster(config).await?;
+    let d = &init.cluster;
+    let timeout = init.node_timeout.map_or_else(
+        || "not recorded".into(),
+        |t| humantime::format_duration(t).to_string(),
+    );
+    let raised = if init.raised > 0 {
+        format!(" (raised on {} nodes)", init.raised)
+    } else {
+        String::new()
+    };
+    if init.created {
+        println!(
+            "cluster {} set up on {} nodes ({} marked); node timeout {timeout}{raised}",
+            d.id,
+            d.n(),
+            init.marked
+        );
+    } else {
+        println!(
+            "cluster {} ({} nodes) was set up already; node timeout {timeout}{raised}",
+            d.id,
+            d.n()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `check`: only reads; with `wait`, a client that repairs, polled until every node votes.
+async fn check_command(
+    config: Config,
+    features: &[redquorum::acl::Feature],
+    wait: Option<Duration>,
+    format: Format,
+) -> Result<ExitCode, redquorum::Error> {
+    let client = match wait {
+        Some(_) => Client::connect(config).await?,
+        None => Client::connect_read_only(config).await?,
+    };
+    if let Some(limit) = wait {
+        let start = tokio::time::Instant::now();
+        loop {
+            let reports = client.check().await;
+            if reports.iter().all(|r| r.votes && r.is_safe()) || start.elapsed() >= limit {
+                break;
+            }
+            // Any request to a quarantined node starts its repair.
+            let _ = client.ping().await;
+            tokio::time::sleep(Duration::from_millis(250).min(limit)).await;
+        }
+    }
+    Ok(match format {
+        Format::Text => check(&client, features).await,
+        Format::Json => output::check_json(&client, features).await,
+    })
+}
+
 async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCode {
     let (reports, permissions) = tokio::join!(client.check(), client.check_permissions(features));
     let url_width = reports
@@ -1108,6 +1182,10 @@ async fn check(client: &Client, features: &[redquorum::acl::Feature]) -> ExitCod
         );
     }
     let permitted = print_permission_problems(&permissions);
+    if let Some(why) = client.set_up_problem() {
+        all_safe = false;
+        println!("{why}");
+    }
     let n = reports.len();
     let voting = reports.iter().filter(|r| r.votes).count();
     let needed = client.majority().needed();

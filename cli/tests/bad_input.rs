@@ -988,8 +988,8 @@ async fn bad_input_fails_closed_with_a_message_that_names_the_setting() {
     let binary_file = files.path().join("units.bin");
     std::fs::write(&binary_file, [0xff, 0xfe, b'\n', 0xc3]).expect("write");
 
-    // The healthy nodes' set-up: a cluster (by the first ping) and sequence s.
-    for command in [&["ping"][..], &["id", "next", "s"]] {
+    // The healthy nodes' set-up: a cluster (`cluster init`) and sequence s.
+    for command in [&["cluster", "init"][..], &["ping"], &["id", "next", "s"]] {
         let args: Vec<&str> = ["--nodes", live.as_str()]
             .iter()
             .chain(command)

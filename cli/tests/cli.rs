@@ -23,6 +23,22 @@ async fn redquorum(args: &[&str]) -> Output {
         .expect("the redquorum binary runs")
 }
 
+/// The operator's one `redquorum cluster init` on new nodes; returns the `--nodes` list.
+async fn set_up(cluster: &Cluster) -> String {
+    init_list(&cluster.urls().join(",")).await
+}
+
+/// `redquorum --nodes LIST cluster init`, which must succeed; returns LIST.
+async fn init_list(nodes: &str) -> String {
+    let out = redquorum(&["--nodes", nodes, "cluster", "init"]).await;
+    assert!(
+        out.status.success(),
+        "cluster init failed: {:?}",
+        text(&out)
+    );
+    nodes.to_string()
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -33,7 +49,7 @@ fn text(o: &Output) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_exits_zero_only_when_every_node_is_safe_and_reachable() {
     let safe = Cluster::start(3).await;
-    let nodes = safe.urls().join(",");
+    let nodes = set_up(&safe).await;
     let out = redquorum(&["--nodes", &nodes, "check"]).await;
     let (stdout, stderr) = text(&out);
     println!("{stdout}{stderr}");
@@ -117,7 +133,7 @@ async fn check_names_the_server_and_its_own_version() {
         "the node runs {name}:\n{info}"
     );
 
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let out = redquorum(&["--nodes", &nodes, "check"]).await;
     let (stdout, stderr) = text(&out);
     println!("{stdout}{stderr}");
@@ -147,7 +163,7 @@ async fn check_names_the_server_and_its_own_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn id_next_prints_increasing_ids_and_says_why_without_a_quorum() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let out = redquorum(&["--nodes", &nodes, "id", "next", "jobs", "--count", "5"]).await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
@@ -239,6 +255,7 @@ async fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
 async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
     let cluster = Cluster::start(5).await;
     let urls = cluster.urls();
+    init_list(&urls.join(",")).await;
     let calls: Arc<Mutex<Vec<IdCall>>> = Arc::default();
     let limit = Duration::from_secs(40);
     let start = Instant::now();
@@ -312,7 +329,7 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_run_passes_the_token_and_propagates_the_exit_code() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let out = redquorum(&[
         "--nodes",
         &nodes,
@@ -391,7 +408,7 @@ async fn lock_run_passes_the_token_and_propagates_the_exit_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("grandchild.pid");
     // The child starts a grandchild (sleep) and waits for it.
@@ -441,7 +458,7 @@ async fn lock_run_kills_the_whole_process_group_when_the_lease_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sigterm_lock_run_kills_a_child_that_ignores_it_by_the_lease_deadline() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     // The child ignores SIGTERM (and so does the sleep it execs): only SIGKILL stops it.
@@ -486,7 +503,7 @@ async fn on_sigterm_lock_run_kills_a_child_that_ignores_it_by_the_lease_deadline
 async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let spawn = |id: &str| {
         tokio::process::Command::new(BIN)
             .args([
@@ -623,7 +640,7 @@ async fn frozen_process_scenario(fenced: bool) -> (String, u64, u64) {
         "echo $REDQUORUM_FENCING_TOKEN > {}; sleep 2.5; {write}",
         token_file.display()
     );
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let mut holder = tokio::process::Command::new(BIN)
         .args([
             "--nodes", &nodes, "lock", "run", "account", "--ttl", "1s", "--", "sh", "-c", &cmd,
@@ -708,7 +725,7 @@ async fn without_fencing_a_really_frozen_holders_late_write_lands() {
 async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
     let cluster = Cluster::start(5).await;
     let all = cluster.urls();
-    let three = all[..3].join(",");
+    let three = init_list(&all[..3].join(",")).await;
     let five = all.join(",");
     let out = redquorum(&["--nodes", &three, "id", "next", "seq", "--count", "3"]).await;
     assert!(out.status.success(), "{}", text(&out).1);
@@ -763,7 +780,7 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cron_one_shot_runs_after_the_previous_holder_was_killed() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let mut holder = tokio::process::Command::new(BIN)
         .args([
             "--nodes", &nodes, "lock", "run", "nightly", "--ttl", "2s", "--wait", "0",
@@ -807,7 +824,7 @@ async fn a_killed_cluster_change_is_finished_by_running_it_again() {
     for phase in ["sealed", "started", "page", "marked"] {
         let cluster = Cluster::start(4).await;
         let all = cluster.urls();
-        let old = all[..3].join(",");
+        let old = init_list(&all[..3].join(",")).await;
         // Node 2 is swapped for node 3.
         let new = [all[0].as_str(), all[1].as_str(), all[3].as_str()].join(",");
         let fast = ["--operation-timeout", "600ms"];
@@ -872,7 +889,7 @@ async fn a_killed_cluster_change_is_finished_by_running_it_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_add_remove_and_list_print_the_pool_sorted() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("sites.txt");
     std::fs::write(&file, "site-c\n\nsite-d\r\nsite-e\n").expect("write");
@@ -919,7 +936,7 @@ async fn run_ok(nodes: &str, args: &[&str]) -> String {
 async fn dist_watch_and_table_share_units_and_a_killed_member_hands_over() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let sites: Vec<String> = (0..9).map(|i| format!("site-{i}")).collect();
     let mut add = vec!["--nodes", nodes.as_str(), "units", "add", "parsers"];
     add.extend(sites.iter().map(String::as_str));
@@ -1127,7 +1144,7 @@ fn assert_fields(value: &serde_json::Value, want: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_holder_names_the_holder_and_token_and_exits_one_when_free() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let holder_fields = [
         "lock",
         "held",
@@ -1196,7 +1213,7 @@ async fn lock_holder_names_the_holder_and_token_and_exits_one_when_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_holder_watch_tells_a_live_holder_from_an_abandoned_one() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
         .await
         .unwrap();
@@ -1273,7 +1290,7 @@ async fn lock_holder_watch_tells_a_live_holder_from_an_abandoned_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observe_prints_each_leader_and_no_leader_between() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let observe = ["election", "observe", "boss", "--interval", "200ms"];
     let mut text_obs = spawn_piped(&nodes, &observe);
     let mut json_args = vec!["--output", "json"];
@@ -1365,7 +1382,7 @@ async fn election_observe_prints_each_leader_and_no_leader_between() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_run_waits_to_lead_then_runs_the_command_with_its_term() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let client = Client::connect(Config::from_urls(cluster.urls()).unwrap())
         .await
         .unwrap();
@@ -1439,7 +1456,7 @@ async fn election_run_waits_to_lead_then_runs_the_command_with_its_term() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_of_check_id_next_and_index_watch_has_the_documented_fields() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let out = redquorum(&["--nodes", &nodes, "--output", "json", "check"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
     let (stdout, _) = text(&out);
@@ -1681,7 +1698,7 @@ async fn completions_and_the_exit_codes_in_help() {
 async fn metrics_addr_serves_prometheus_text_and_bad_addresses_are_named() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1792,7 +1809,7 @@ async fn metrics_addr_serves_prometheus_text_and_bad_addresses_are_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_run_stops_the_command_when_leadership_is_lost() {
     let cluster = Cluster::start(3).await;
-    let nodes = cluster.urls().join(",");
+    let nodes = set_up(&cluster).await;
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let script = format!("touch {}; exec sleep 60", ready.display());
@@ -1824,4 +1841,94 @@ async fn election_run_stops_the_command_when_leadership_is_lost() {
         "stopped within the lease: {:?}",
         cut.elapsed()
     );
+}
+
+/// How many keys each node holds, read straight from the servers.
+async fn keys_per_node(cluster: &Cluster) -> Vec<u64> {
+    let mut out = Vec::new();
+    for node in cluster.nodes() {
+        let mut c = node.direct_connection().await;
+        out.push(
+            redis::cmd("DBSIZE")
+                .query_async(&mut c)
+                .await
+                .expect("DBSIZE"),
+        );
+    }
+    out
+}
+
+/// The operator's path: blank nodes refused by every command until `cluster init`; `check`
+/// only reads; a node restarted in a rolling restart is waited for by `check --wait`; the
+/// node timeout is the cluster's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_init_sets_blank_nodes_up_once_and_check_waits_for_a_restarted_node() {
+    let cluster = Cluster::start(3).await;
+    let nodes = set_up(&cluster).await;
+    let run = |args: &'static [&'static str]| {
+        let nodes = nodes.clone();
+        async move {
+            let mut all = vec!["--nodes", nodes.as_str()];
+            all.extend_from_slice(args);
+            let out = redquorum(&all).await;
+            let (stdout, stderr) = text(&out);
+            (out.status.code(), stdout, stderr)
+        }
+    };
+
+    let (code, _, stderr) = run(&["id", "next", "s"]).await;
+    assert_eq!(code, Some(2), "id next on blank nodes must fail: {stderr}");
+    assert!(
+        stderr.contains("cluster init"),
+        "the error names cluster init: {stderr}"
+    );
+    let (code, stdout, _) = run(&["check"]).await;
+    assert_eq!(code, Some(1), "check on blank nodes: exit 1\n{stdout}");
+    assert!(
+        stdout.contains("cluster init"),
+        "check says to run cluster init:\n{stdout}"
+    );
+    assert_eq!(
+        keys_per_node(&cluster).await,
+        vec![0, 0, 0],
+        "a command or check on blank nodes wrote something"
+    );
+
+    let (code, stdout, stderr) = run(&["cluster", "init"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("set up on 3 nodes"), "{stdout}");
+    let (code, stdout, _) = run(&["cluster", "init"]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("was set up already"), "{stdout}");
+    let (code, _, stderr) = run(&["id", "next", "s"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // The node timeout is the cluster's (250 ms at init).
+    let (code, _, stderr) = run(&["--node-timeout", "1s", "id", "next", "s"]).await;
+    assert_eq!(
+        code,
+        Some(2),
+        "a longer node timeout must be refused: {stderr}"
+    );
+    assert!(
+        stderr.contains("1s") && stderr.contains("250ms"),
+        "the refusal names both node timeouts: {stderr}"
+    );
+
+    // A rolling restart: node 2 comes back quarantined; check only reports it, and
+    // `check --wait` waits until it votes again.
+    cluster.node(2).kill_and_restart().await;
+    let (code, stdout, _) = run(&["check"]).await;
+    assert_eq!(
+        code,
+        Some(1),
+        "a restarted node is quarantined until repaired:\n{stdout}"
+    );
+    let (code, stdout, stderr) = run(&["check", "--wait", "30s"]).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "check --wait must exit 0 once node 2 votes again:\n{stdout}{stderr}"
+    );
+    assert!(stdout.contains("3 of 3 nodes vote"), "{stdout}");
 }

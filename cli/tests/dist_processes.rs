@@ -38,9 +38,12 @@ fn unit(i: usize) -> String {
 }
 
 async fn client(urls: &[String]) -> Client {
-    Client::connect(Config::from_urls(urls).expect("test URLs are valid"))
+    let config = Config::from_urls(urls).expect("test URLs are valid");
+    // The operator's one `cluster init` (a no-op once the cluster is set up).
+    Client::init_cluster(config.clone())
         .await
-        .expect("client")
+        .expect("cluster init");
+    Client::connect(config).await.expect("client")
 }
 
 /// An in-process member's recorded assignments.

@@ -53,8 +53,17 @@ impl Hosts {
     async fn start() -> Hosts {
         let cluster = Cluster::start(3).await;
         let dir = tempfile::tempdir().unwrap();
+        let nodes = cluster.urls().join(",");
+        // The operator's one `cluster init`.
+        let init = tokio::process::Command::new(BIN)
+            .args(["--nodes", &nodes, "cluster", "init"])
+            .env_remove("REDQUORUM_NODES")
+            .output()
+            .await
+            .expect("the redquorum binary runs");
+        assert!(init.status.success(), "cluster init: {init:?}");
         Hosts {
-            nodes: cluster.urls().join(","),
+            nodes,
             log: dir.path().join("runs.log"),
             cluster,
             dir,

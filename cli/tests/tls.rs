@@ -103,6 +103,8 @@ async fn the_cli_over_mutual_tls_as_the_printed_acl_user() {
             redquorum(&args).await
         }
     };
+    let out = run(&["cluster", "init"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = run(&["check", "--feature", "ids"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = run(&["id", "next", "s", "-n", "3"]).await;

@@ -55,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) majority: Majority,
     /// Cached verdicts (cluster adoption, voting, quarantine).
     verdicts: std::sync::Mutex<Option<Arc<Verdicts>>>,
+    /// A client that only reads ([`Client::connect_read_only`]): it repairs no node.
+    pub(crate) read_only: bool,
     /// One shared instance per type, for the layers above (the lock's extension batcher).
     shared: std::sync::Mutex<SharedMap>,
 }
@@ -87,24 +89,139 @@ impl Client {
 
     /// Validate `config`, log its warnings, and open connections to every node concurrently
     /// (waiting at most one node timeout). Unreachable nodes are not an error here: they are
-    /// retried on every operation. Quarantined nodes are repaired; on a brand-new cluster
-    /// (every node reachable, none marked, no data) the nodes are marked as one cluster, whose
-    /// descriptor (the node list) every node then holds (see [`Descriptor`](crate::Descriptor)).
+    /// retried on every operation. Quarantined nodes are repaired. A client never sets up a
+    /// cluster: on nodes where none is set up, [`Client::init_cluster`] (`redquorum cluster
+    /// init`) does, once.
+    ///
+    /// **A changed node list is followed.** When a node-list change (`cluster change`)
+    /// replaced the cluster of `config`'s list, the client works in the new cluster: its nodes
+    /// are the ones the new cluster's descriptor lists (reached with `config`'s password, when
+    /// all its URLs share one, and TLS settings), used only if they hold that descriptor, and
+    /// only if every sealed old node names it (or a cluster it replaced). This holds when the
+    /// number of nodes changed and when the removed nodes are gone; it is logged at warn and
+    /// counted (`redquorum_cluster_follows_total`). Not guaranteed: a client connected before
+    /// the change keeps its list; its operations fail once the old nodes are sealed, and a new
+    /// `connect` (a restart) follows.
     ///
     /// # Errors
-    /// [`Error::Config`] if the configuration is invalid, or
+    /// [`Error::Config`] if the configuration is invalid;
+    /// [`ConfigError::ClusterSetUp`] if a majority of the nodes answered and none of them is
+    /// marked for a cluster (blank nodes, or nodes that all lost their data): the error names
+    /// `cluster init`, and nothing was written;
     /// [`ConfigError::ClusterMismatch`] if the nodes belong to a cluster with another node list
-    /// (or to different clusters): the error names both lists.
+    /// (or to different clusters), or the cluster's node timeout is shorter than this
+    /// client's: the error names both; also if a successor is to be followed but the seals
+    /// name another one, or its nodes do not hold it.
     ///
     /// # Cancel safety
-    /// Cancel-safe: dropping the future drops the half-built client.
+    /// Cancel-safe: dropping the future drops the half-built client (a repair it started
+    /// goes on in the background).
     pub async fn connect(config: Config) -> Result<Client, Error> {
-        let client = Self::open(config, true).await?;
+        let client = Self::open(config, false).await?.follow_successor().await?;
         // A client whose node list is not the cluster's is refused before it does anything.
         if let Adoption::Refused(why) = &client.verdicts().adoption {
             return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
         }
+        if let Some(why) = client.not_set_up() {
+            return Err(Error::Config(ConfigError::ClusterSetUp(why)));
+        }
+        client.repair_quarantined().await;
         Ok(client)
+    }
+
+    /// This client, or, when a change of the node list replaced its cluster, a client of the
+    /// successor ([`cluster::follow`]): built from the successor's node list (the URLs the
+    /// descriptor names, with this configuration's password and TLS settings), and used only
+    /// if the new nodes hold the successor's descriptor. Logged and counted
+    /// (`redquorum_cluster_follows_total`).
+    async fn follow_successor(self) -> Result<Client, Error> {
+        let config = &self.inner.config;
+        let ours = config.node_names();
+        if config.adopt_as.is_some() || !config.cluster_identity {
+            return Ok(self);
+        }
+        let seals: Vec<String> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0.and_then(|p| p.marker))
+            .filter_map(|m| cluster::sealed_for(&m).map(String::from))
+            .collect();
+        let successor = match cluster::follow(&ours, &self.seen_descriptors(), &seals) {
+            cluster::Follow::Stay => return Ok(self),
+            cluster::Follow::Refuse(why) => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(why)))
+            }
+            cluster::Follow::To(d) => d,
+        };
+        let next = Self::open(config.following(&successor)?, false).await?;
+        match &next.verdicts().adoption {
+            Adoption::Adopted(d) if d.id == successor.id => {}
+            other => {
+                return Err(Error::Config(ConfigError::ClusterMismatch(format!(
+                    "the node list was changed to cluster {} ({}), but its nodes do not hold \
+                     it ({other:?})",
+                    successor.id,
+                    successor.describe()
+                ))))
+            }
+        }
+        tracing::warn!(
+            from = %ours.join(","),
+            to = %successor.nodes.join(","),
+            cluster = %successor.id,
+            "the configured node list was replaced by a change of the node list: this client \
+             follows the new cluster; update its configuration"
+        );
+        crate::metrics::cluster_followed();
+        Ok(next)
+    }
+
+    /// A client that only reads, for inspection (`redquorum check`): it repairs no node and
+    /// sets nothing up, and it is not refused by blank nodes or another cluster:
+    /// [`Client::check`] reports them. Operations through it work as through
+    /// [`Client::connect`]'s client, except that quarantined nodes stay unrepaired.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the configuration is invalid.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the half-built client.
+    pub async fn connect_read_only(config: Config) -> Result<Client, Error> {
+        let client = Self::open_with(config, true).await?;
+        Ok(client)
+    }
+
+    /// Whether a cluster is set up on these nodes, as far as the nodes reached tell: None when
+    /// it is (or too few nodes answered to tell), else why not, naming `cluster init`.
+    pub fn set_up_problem(&self) -> Option<String> {
+        self.not_set_up()
+    }
+
+    /// Why no cluster can be worked in on these nodes: a majority answered and none holds a
+    /// marker (blank nodes, or nodes that all lost their data). Fewer than a majority marked
+    /// (a set-up cut short, a majority lost) is left to the repair, whose deferral says why.
+    pub(crate) fn not_set_up(&self) -> Option<String> {
+        if !self.inner.config.amnesia_protection {
+            return None;
+        }
+        let probes: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0)
+            .collect();
+        let needed = self.inner.majority.needed();
+        let marked = probes.iter().filter(|p| p.marker.is_some()).count();
+        (probes.len() >= needed && marked == 0).then(|| {
+            format!(
+                "no cluster is set up on these nodes ({} of {} answered, none of them marked \
+                 for a cluster): {}",
+                probes.len(),
+                self.inner.nodes.len(),
+                crate::repair::INIT_HINT
+            )
+        })
     }
 
     /// The cluster this client works in (the descriptor its nodes hold), once known.
@@ -117,6 +234,15 @@ impl Client {
 
     /// Build the client and reach its nodes; `repair` also repairs quarantined nodes at once.
     pub(crate) async fn open(config: Config, repair: bool) -> Result<Client, Error> {
+        let client = Self::open_with(config, false).await?;
+        if repair {
+            client.repair_quarantined().await;
+        }
+        Ok(client)
+    }
+
+    /// Build the client and reach its nodes (a `read_only` one never repairs).
+    async fn open_with(config: Config, read_only: bool) -> Result<Client, Error> {
         config.validate()?;
         for w in config.warnings() {
             tracing::warn!("{w}");
@@ -151,6 +277,7 @@ impl Client {
                 config,
                 nodes,
                 verdicts: std::sync::Mutex::new(None),
+                read_only,
                 shared: std::sync::Mutex::new(SharedMap::new()),
             }),
         };
@@ -161,22 +288,25 @@ impl Client {
             )
             .await;
         tracing::debug!(reachable = warmup.applied(), "client connected");
-        // Nodes without a valid marker (a new cluster, a wiped or restarted node) are
-        // repaired now, so the first operation does not find them quarantined.
-        let quarantined: Vec<usize> = (0..client.inner.nodes.len())
-            .filter(|i| client.quarantine_reason(*i).is_some())
+        Ok(client)
+    }
+
+    /// Repair the nodes without a valid marker (a wiped or restarted node) now, so the first
+    /// operation does not find them quarantined; waits at most one operation timeout.
+    async fn repair_quarantined(&self) {
+        let quarantined: Vec<usize> = (0..self.inner.nodes.len())
+            .filter(|i| self.quarantine_reason(*i).is_some())
             .collect();
-        if repair && !quarantined.is_empty() {
-            // In tasks of their own: a repair of a large keyspace outlives this wait and goes
-            // on in the background (the node votes once it is marked).
-            let deadline = client.inner.config.operation_timeout;
-            let repairs: Vec<_> = quarantined
-                .into_iter()
-                .filter_map(|i| client.spawn_repair(i))
-                .collect();
+        // In tasks of their own: a repair of a large keyspace outlives this wait and goes
+        // on in the background (the node votes once it is marked).
+        let repairs: Vec<_> = quarantined
+            .into_iter()
+            .filter_map(|i| self.spawn_repair(i))
+            .collect();
+        if !repairs.is_empty() {
+            let deadline = self.inner.config.operation_timeout;
             let _ = tokio::time::timeout(deadline, futures::future::join_all(repairs)).await;
         }
-        Ok(client)
     }
 
     /// Driver clients of the voting-eligible nodes, for pub/sub wake-up hints (never used to
@@ -280,6 +410,12 @@ impl Client {
 
     /// The cluster these nodes' descriptors name, judged against this client's node list.
     fn judge_adoption(&self) -> Adoption {
+        self.judge_adoption_with(true)
+    }
+
+    /// As `judge_adoption`; `timeouts` false leaves the node timeout unjudged (`cluster init`
+    /// raises the cluster's).
+    pub(crate) fn judge_adoption_with(&self, timeouts: bool) -> Adoption {
         let inner = &self.inner;
         let ours = inner.config.node_names();
         let seen = self.seen_descriptors();
@@ -295,6 +431,11 @@ impl Client {
             };
         }
         let adoption = cluster::adopt(&ours, &seen, inner.config.cluster_identity);
+        let adoption = if timeouts {
+            self.judge_node_timeout(&seen, adoption)
+        } else {
+            adoption
+        };
         match (&inner.config.cluster_pin, adoption) {
             (Some(pin), Adoption::Adopted(d)) if d.id != *pin && d.prev.as_ref() != Some(pin) => {
                 Adoption::Refused(format!(
@@ -304,6 +445,31 @@ impl Client {
                 ))
             }
             (_, adoption) => adoption,
+        }
+    }
+
+    /// Refuse an adopted cluster whose agreed node timeout is shorter than this client's:
+    /// every repair waits the cluster's node timeout for writes in flight, so no client may
+    /// count replies for longer (see [`cluster::agreed_node_timeout`]).
+    fn judge_node_timeout(
+        &self,
+        seen: &[Result<cluster::Descriptor, String>],
+        adoption: Adoption,
+    ) -> Adoption {
+        let Adoption::Adopted(d) = &adoption else {
+            return adoption;
+        };
+        let ours = self.inner.config.node_timeout;
+        let needed = self.inner.majority.needed();
+        match cluster::agreed_node_timeout(seen, &d.id, needed) {
+            Some(agreed) if ours > agreed => Adoption::Refused(format!(
+                "this client's node timeout ({ours:?}) is longer than the node timeout of \
+                 cluster {} ({agreed:?}), which every repair waits for writes in flight: use a \
+                 node timeout of at most {agreed:?}, or raise the cluster's with `redquorum \
+                 --node-timeout {ours:?} cluster init`",
+                d.id,
+            )),
+            _ => adoption,
         }
     }
 

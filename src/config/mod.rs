@@ -543,6 +543,28 @@ impl Config {
         crate::quorum::Majority::of(self.nodes.len())
     }
 
+    /// This configuration with the node list of cluster `d`, a successor of its cluster that
+    /// this client follows: each node spelled as the descriptor names it, with this
+    /// configuration's password when every configured URL carries the same one (or none).
+    pub(crate) fn following(&self, d: &crate::Descriptor) -> Result<Config, ConfigError> {
+        let secrets: std::collections::BTreeSet<Option<&str>> =
+            self.nodes.iter().map(NodeUrl::secret).collect();
+        let secret = match secrets.len() {
+            1 => secrets.into_iter().next().flatten(),
+            _ => None,
+        };
+        let nodes = d
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, name)| NodeUrl::from_name(name, secret, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut config = self.clone();
+        config.nodes = nodes;
+        config.validate()?;
+        Ok(config)
+    }
+
     /// The nodes' names as a cluster descriptor lists them ([`NodeUrl::name`]), in order.
     pub fn node_names(&self) -> Vec<String> {
         self.nodes.iter().map(|u| u.name().to_string()).collect()
@@ -744,9 +766,15 @@ pub enum ConfigError {
         /// Largest allowed.
         max: Duration,
     },
-    /// The nodes belong to a cluster with another node list (or to unrelated clusters).
+    /// The nodes belong to a cluster with another node list (or to unrelated clusters), or
+    /// the cluster's node timeout is shorter than this client's.
     #[error("refused: {0}")]
     ClusterMismatch(String),
+    /// No cluster is set up on the nodes (blank nodes, or a majority of them lost their data;
+    /// `redquorum cluster init` sets one up), or `cluster init` cannot set one up: the reason
+    /// says why and what to do.
+    #[error("{0}")]
+    ClusterSetUp(String),
     /// Two settings that cannot both hold.
     #[error("contradictory timeouts: {0}")]
     Contradiction(String),

@@ -104,6 +104,34 @@ impl NodeUrl {
         &self.name
     }
 
+    /// The URL of the node a cluster descriptor names `name`, with the password `secret` (a
+    /// client following a change of the node list).
+    pub(crate) fn from_name(
+        name: &str,
+        secret: Option<&str>,
+        index: usize,
+    ) -> Result<NodeUrl, ConfigError> {
+        let mut url = url::Url::parse(name).map_err(|e| ConfigError::MalformedUrl {
+            index,
+            url: redact_raw(name),
+            reason: e.to_string(),
+        })?;
+        if let Some(secret) = secret {
+            url.set_password(Some(secret))
+                .map_err(|()| ConfigError::MalformedUrl {
+                    index,
+                    url: redact_raw(name),
+                    reason: "cannot carry a password".into(),
+                })?;
+        }
+        NodeUrl::parse(url.as_str(), index)
+    }
+
+    /// The password, if the URL has one.
+    pub(crate) fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
     pub(crate) fn connection_info(&self) -> redis::ConnectionInfo {
         self.info.clone()
     }

@@ -101,7 +101,8 @@ impl Client {
             .inner
             .config
             .node_timeout
-            .max(target.inner.config.node_timeout);
+            .max(target.inner.config.node_timeout)
+            .max(from.node_timeout().unwrap_or_default());
         let sources = old.seal_for(&from, &new, settle).await?;
         let enlisted = target.enlist(&from, &new).await?;
         let sealed = sources.nodes.len();
@@ -178,9 +179,11 @@ impl Client {
                 Ok((from, new, old))
             }
             Origin::Refused(why) => Err(Error::Config(ConfigError::ClusterMismatch(why))),
-            Origin::Unknown => Err(Error::InvalidArgument(
-                "these nodes hold no cluster yet: connect with the new list to set it up".into(),
-            )),
+            Origin::Unknown => Err(Error::Config(ConfigError::ClusterSetUp(format!(
+                "no cluster is set up on these nodes, so none can change its node list: \
+                 {}",
+                super::INIT_HINT
+            )))),
         }
     }
 
@@ -456,6 +459,7 @@ mod tests {
             run_id: run.into(),
             marker: marker.map(String::from),
             marked: None,
+            descriptor: None,
             has_state: marker.is_some(),
         }
     }

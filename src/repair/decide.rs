@@ -65,24 +65,26 @@ pub(super) enum Plan {
         sources: Vec<usize>,
         cluster: Descriptor,
     },
-    /// A new cluster: mark every node for this descriptor.
-    Bootstrap(Descriptor),
     /// Not now.
     Wait(String),
 }
 
+/// What the error of a client on nodes without a set-up cluster says to do.
+pub(crate) const INIT_HINT: &str = "set one up with `redquorum cluster init` \
+     (Client::init_cluster): nothing was written. If these nodes held a cluster before, a \
+     majority of them lost their data, and its IDs and fencing tokens start again from 1 in \
+     the cluster set up anew";
+
 /// The plan for repairing node `target` from a census of `nodes` nodes (the answers only),
-/// with a majority of `needed`. A new cluster (or one whose bootstrap was cut short) is set up
-/// only when every configured node answers, fewer than a majority are marked, no node holds
-/// any state, and the client's pin (if any) names this cluster.
+/// with a majority of `needed`: a copy from `needed` marked others. A repair never sets a
+/// cluster up: nodes where fewer than a majority are marked and none holds state wait for
+/// `cluster init` ([`set_up`]).
 pub(super) fn after_census(
     adoption: &Adoption,
     census: &[Census],
     target: usize,
     needed: usize,
     nodes: usize,
-    our_names: &[String],
-    pin: Option<&str>,
 ) -> Plan {
     let adopted = match adoption {
         Adoption::Adopted(d) => Some(d),
@@ -99,25 +101,88 @@ pub(super) fn after_census(
     }
     let any_state = census.iter().any(|c| c.has_state);
     let marked = census.iter().filter(|c| c.marker.is_some()).count();
-    if census.len() == nodes && marked < needed && !any_state {
-        let descriptor = adopted
-            .cloned()
-            .unwrap_or_else(|| Descriptor::new_cluster(our_names));
-        return match pin.filter(|p| *p != descriptor.id) {
-            Some(pin) => Plan::Wait(format!(
-                "blank nodes, but this client is pinned to cluster {pin}: it sets up no other \
-                 cluster ({} would be {})",
-                descriptor.describe(),
-                descriptor.id
-            )),
-            None => Plan::Bootstrap(descriptor),
-        };
+    if marked < needed && !any_state {
+        return Plan::Wait(format!(
+            "no cluster is set up on these nodes ({marked} of the {} that answered are marked, \
+             none holds data): {INIT_HINT}",
+            census.len()
+        ));
     }
     Plan::Wait(format!(
-        "{} marked node(s) other than this one answered; {needed} are needed to repair it (or \
-         all {nodes} nodes, for a new cluster)",
+        "{} marked node(s) other than this one answered; {needed} of {nodes} are needed to \
+         repair it",
         sources.map_or(0, |s| s.len()),
     ))
+}
+
+/// What `cluster init` does, from a census of every answering node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SetUp {
+    /// Mark every unmarked node for this (new, or half set-up) cluster.
+    Mark(Descriptor),
+    /// The cluster is set up already: a majority of the nodes is marked for it.
+    Exists(Descriptor),
+    /// Nothing can be set up; the reason says why and what to do.
+    Refuse(String),
+}
+
+/// Whether `cluster init` sets up a cluster for the node list `our_names` (`nodes` of them,
+/// majority `needed`), from the client's `adoption` and a `census` of the nodes that
+/// answered. A cluster is set up only when every node answers, fewer than a majority are
+/// marked, none holds state, no marker names another cluster, and the client's `pin` (if
+/// any) names this cluster: then no majority can ever have accepted a value, so marking
+/// every node loses nothing (see the module docs of `repair`). A majority marked for the
+/// adopted cluster is an existing one.
+pub(crate) fn set_up(
+    adoption: &Adoption,
+    census: &[Census],
+    needed: usize,
+    nodes: usize,
+    our_names: &[String],
+    pin: Option<&str>,
+) -> SetUp {
+    let descriptor = match adoption {
+        Adoption::Refused(why) => return SetUp::Refuse(why.clone()),
+        Adoption::Adopted(d) => d.clone(),
+        Adoption::Unknown => Descriptor::new_cluster(our_names),
+    };
+    let ours = |c: &&Census| {
+        c.marker
+            .as_deref()
+            .is_some_and(|m| cluster::parse_marker(m).1 == Some(descriptor.id.as_str()))
+    };
+    if census.iter().filter(ours).count() >= needed {
+        return SetUp::Exists(descriptor);
+    }
+    if census.len() < nodes {
+        return SetUp::Refuse(format!(
+            "cluster init needs every node to answer: {} of {nodes} did",
+            census.len()
+        ));
+    }
+    if let Some(c) = census.iter().find(|c| c.marker.is_some() && !ours(c)) {
+        return SetUp::Refuse(format!(
+            "node {} is marked for another cluster ({}): it is not blank",
+            c.node,
+            c.marker.as_deref().unwrap_or_default()
+        ));
+    }
+    if let Some(c) = census.iter().find(|c| c.has_state) {
+        return SetUp::Refuse(format!(
+            "node {} holds redquorum data, but fewer than a majority of the nodes are marked \
+             for cluster {}: a majority lost its data. Setting a cluster up here would lose \
+             what node {} holds; to start over anyway, empty every node first (FLUSHALL)",
+            c.node, descriptor.id, c.node
+        ));
+    }
+    match pin.filter(|p| *p != descriptor.id) {
+        Some(pin) => SetUp::Refuse(format!(
+            "this client is pinned to cluster {pin}, but these nodes would form cluster {} ({})",
+            descriptor.id,
+            descriptor.describe()
+        )),
+        None => SetUp::Mark(descriptor),
+    }
 }
 
 /// The nodes a repair of node `target` reads from: one per server, marked for cluster
@@ -173,6 +238,7 @@ mod tests {
             run_id: run.into(),
             marker: marker.map(String::from),
             marked: None,
+            descriptor: None,
             has_state,
         }
     }
@@ -247,15 +313,7 @@ mod tests {
             census(1, "r1", Some(&m1), true),
             census(2, "r2", None, false),
         ];
-        let plan = after_census(
-            &Adoption::Adopted(d.clone()),
-            &census,
-            2,
-            2,
-            3,
-            &names(),
-            None,
-        );
+        let plan = after_census(&Adoption::Adopted(d.clone()), &census, 2, 2, 3);
         assert_eq!(
             plan,
             Plan::Copy {
@@ -279,7 +337,7 @@ mod tests {
             vec![0],
             "node 1 is node 0's server"
         );
-        let plan = after_census(&Adoption::Adopted(d), &census, 2, 2, 3, &names(), None);
+        let plan = after_census(&Adoption::Adopted(d), &census, 2, 2, 3);
         assert!(matches!(plan, Plan::Wait(why) if why.starts_with("1 marked")));
     }
 
@@ -297,7 +355,26 @@ mod tests {
     }
 
     #[test]
-    fn blank_nodes_are_bootstrapped_unless_pinned_elsewhere_or_holding_state() {
+    fn a_repair_never_sets_a_cluster_up_and_names_cluster_init() {
+        let blank = [
+            census(0, "r0", None, false),
+            census(1, "r1", None, false),
+            census(2, "r2", None, false),
+        ];
+        let fresh = Descriptor::new_cluster(&names());
+        for adoption in [Adoption::Unknown, Adoption::Adopted(fresh)] {
+            assert!(
+                matches!(
+                    after_census(&adoption, &blank, 0, 2, 3),
+                    Plan::Wait(why) if why.contains("cluster init")
+                ),
+                "blank nodes, adoption {adoption:?}: a repair must wait for cluster init"
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_init_marks_only_blank_nodes_that_all_answer() {
         let blank = [
             census(0, "r0", None, false),
             census(1, "r1", None, false),
@@ -305,31 +382,49 @@ mod tests {
         ];
         let fresh = Descriptor::new_cluster(&names());
         let unknown = Adoption::Unknown;
+        let init = |adoption: &Adoption, census: &[Census], pin: Option<&str>| {
+            set_up(adoption, census, 2, 3, &names(), pin)
+        };
+        assert_eq!(init(&unknown, &blank, None), SetUp::Mark(fresh.clone()));
         assert_eq!(
-            after_census(&unknown, &blank, 0, 2, 3, &names(), None),
-            Plan::Bootstrap(fresh.clone())
-        );
-        assert_eq!(
-            after_census(&unknown, &blank, 0, 2, 3, &names(), Some(&fresh.id)),
-            Plan::Bootstrap(fresh.clone()),
+            init(&unknown, &blank, Some(&fresh.id)),
+            SetUp::Mark(fresh.clone()),
             "pinned to this very cluster"
         );
         assert!(matches!(
-            after_census(&unknown, &blank, 0, 2, 3, &names(), Some("0123456789abcdef")),
-            Plan::Wait(why) if why.contains("pinned")
+            init(&unknown, &blank, Some("0123456789abcdef")),
+            SetUp::Refuse(why) if why.contains("pinned")
         ));
         assert!(
-            matches!(
-                after_census(&unknown, &blank[..2], 0, 2, 3, &names(), None),
-                Plan::Wait(_)
-            ),
+            matches!(init(&unknown, &blank[..2], None), SetUp::Refuse(why) if why.contains("every node")),
             "every node must answer"
         );
         let mut with_state = blank.clone();
         with_state[1].has_state = true;
         assert!(matches!(
-            after_census(&unknown, &with_state, 0, 2, 3, &names(), None),
-            Plan::Wait(_)
+            init(&unknown, &with_state, None),
+            SetUp::Refuse(why) if why.contains("FLUSHALL")
+        ));
+        let mut stranger = blank.clone();
+        stranger[2].marker = Some("r2/0123456789abcdef".into());
+        assert!(matches!(
+            init(&unknown, &stranger, None),
+            SetUp::Refuse(why) if why.contains("another cluster")
+        ));
+        // Half set up (one node marked): finished.
+        let mut half = blank.clone();
+        half[0].marker = Some(format!("r0/{}", fresh.id));
+        let adopted = Adoption::Adopted(fresh.clone());
+        assert_eq!(init(&adopted, &half, None), SetUp::Mark(fresh.clone()));
+        // Set up: a majority marked, whatever answers.
+        half[1].marker = Some(format!("r1/{}", fresh.id));
+        assert_eq!(
+            init(&adopted, &half[..2], None),
+            SetUp::Exists(fresh.clone())
+        );
+        assert!(matches!(
+            init(&Adoption::Refused("two lists".into()), &blank, None),
+            SetUp::Refuse(why) if why == "two lists"
         ));
     }
 }

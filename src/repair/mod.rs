@@ -47,13 +47,16 @@
 //! blocker is planned: any read after the wait is sound, and a losing round is usually
 //! released by then.
 //!
-//! Bootstrap (a new cluster): when EVERY configured node answers, fewer than a majority hold
-//! a marker, and no node holds any register, no majority can ever have accepted a value (all
-//! of its members would have had to lose their data, more than a minority), so every
-//! unmarked node is marked without raising anything. Bootstrap needs all nodes, not just a
-//! majority: a majority that answers could miss exactly the nodes that hold the values while
-//! the others are wiped (a wiped node plus a cut-off one), and safety must not depend on how
-//! many nodes are reachable.
+//! Set-up (a new cluster) is never a repair: only `cluster init` ([`Client::init_cluster`])
+//! sets a cluster up, when EVERY configured node answers, fewer than a majority hold a marker,
+//! and no node holds any register: no majority can ever have accepted a value (all of its
+//! members would have had to lose their data, more than a minority), so every unmarked node
+//! is marked without raising anything. Set-up needs all nodes, not just a majority: a
+//! majority that answers could miss exactly the nodes that hold the values while the others
+//! are wiped (a wiped node plus a cut-off one), and safety must not depend on how many nodes
+//! are reachable. A repair that finds fewer than a majority marked waits (its error names
+//! `cluster init`): before this rule, a client set a cluster up implicitly, so after every
+//! node lost its data IDs and tokens silently started again from 1.
 //!
 //! Architecture invariant: a node votes only while its marker names its current run_id and the
 //! client's cluster, and the marker is written only after the node holds every value a
@@ -65,20 +68,23 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use crate::client::{decode, script_call, Client, Guard, NodeConn, Request, Step, Steps, Targets};
-use crate::cluster::{self, Descriptor};
+use crate::cluster::{self, Adoption, Descriptor};
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
-use crate::scripts::{CLUSTER_INIT, MARK};
+use crate::scripts::MARK;
 
 mod change;
 mod claim;
 pub(crate) mod copy;
 mod decide;
+mod init;
 mod plan;
 pub(crate) use claim::RepairClaim;
 pub(crate) use plan::BLOCKER_PREFIX;
 
 pub use change::ClusterChange;
+pub(crate) use decide::INIT_HINT;
+pub use init::ClusterInit;
 
 /// Whether repair copies `key` as state (for unit tests elsewhere).
 #[cfg(test)]
@@ -93,8 +99,6 @@ pub(crate) enum RepairOutcome {
     NotNeeded,
     /// The node was raised from a majority of the others and marked.
     Repaired { raised: usize },
-    /// A new cluster: the reachable unmarked nodes were marked.
-    Bootstrapped { marked: usize },
     /// Not possible now (too few marked nodes reachable); retried on a later operation.
     Deferred(String),
 }
@@ -103,6 +107,9 @@ impl Client {
     /// Start a repair of node `i` in the background unless one is running.
     /// Returns the task, or None when a repair of the node is already running here.
     pub(crate) fn spawn_repair(&self, i: usize) -> Option<tokio::task::JoinHandle<()>> {
+        if self.inner.read_only {
+            return None;
+        }
         let node = self.inner.nodes.get(i).cloned()?;
         if node
             .repairing
@@ -150,7 +157,6 @@ impl Client {
         crate::metrics::repair(match &outcome {
             RepairOutcome::NotNeeded => "not_needed",
             RepairOutcome::Repaired { .. } => "repaired",
-            RepairOutcome::Bootstrapped { .. } => "bootstrapped",
             RepairOutcome::Deferred(_) => "deferred",
         });
         let node = &self.inner.nodes[i];
@@ -158,9 +164,6 @@ impl Client {
             RepairOutcome::NotNeeded => {}
             RepairOutcome::Repaired { raised } => {
                 tracing::warn!(node = %node.id, url = %node.url, raised, "quarantined node repaired: it votes again")
-            }
-            RepairOutcome::Bootstrapped { marked } => {
-                tracing::info!(node = %node.id, marked, "new cluster: reachable nodes marked")
             }
             RepairOutcome::Deferred(why) => {
                 tracing::warn!(node = %node.id, url = %node.url, why = %why, "quarantined node cannot be repaired yet")
@@ -202,19 +205,53 @@ impl Client {
         // way to the other nodes, and a client counts a reply only within its node timeout of
         // sending. Reading the others after that long sees every write a client counted.
         // The margin covers the clients' clock drift (2 % of the timeout, for rates within
-        // 0.5 % on both sides, see `lease::MAX_DRIFT_RATE`) and timer granularity.
-        let settle = inner.config.node_timeout;
-        tokio::time::sleep(settle + settle / 50 + Duration::from_millis(25)).await;
-        let census = self.census().await;
-        let plan = decide::after_census(
-            &adoption,
-            &census,
-            i,
-            inner.majority.needed(),
-            inner.nodes.len(),
-            &inner.config.node_names(),
-            inner.config.cluster_pin.as_deref(),
-        );
+        // 0.5 % on both sides, see `lease::MAX_DRIFT_RATE`) and timer granularity. The node
+        // timeout is the cluster's (the longest its descriptors record, at least this
+        // client's): no client with a longer one is allowed (`Client::judge_node_timeout`).
+        let longest = |d: Option<&Descriptor>| {
+            cluster::longest_node_timeout(d)
+                .unwrap_or_default()
+                .max(inner.config.node_timeout)
+        };
+        let Adoption::Adopted(adopted) = &adoption else {
+            return RepairOutcome::Deferred(format!(
+                "no node reached holds a cluster descriptor: {}",
+                decide::INIT_HINT
+            ));
+        };
+        let mut waited = Duration::ZERO;
+        let mut settle = longest(Some(adopted));
+        let (census, plan) = loop {
+            let more = settle.saturating_sub(waited);
+            tokio::time::sleep(more + more / 50 + Duration::from_millis(25)).await;
+            waited = settle;
+            let census = self.census().await;
+            let plan = decide::after_census(
+                &adoption,
+                &census,
+                i,
+                inner.majority.needed(),
+                inner.nodes.len(),
+            );
+            // A source recording a longer node timeout (raised since this client adopted the
+            // cluster): wait the difference, then read again.
+            let sources_say = match &plan {
+                decide::Plan::Copy { sources, .. } => {
+                    let descriptors: Vec<Descriptor> = census
+                        .iter()
+                        .filter(|c| sources.contains(&c.node))
+                        .filter_map(|c| c.descriptor.as_deref())
+                        .filter_map(|raw| Descriptor::decode(raw).ok())
+                        .collect();
+                    cluster::longest_node_timeout(&descriptors).unwrap_or_default()
+                }
+                decide::Plan::Wait(_) => Duration::ZERO,
+            };
+            if sources_say <= waited {
+                break (census, plan);
+            }
+            settle = sources_say;
+        };
         match plan {
             decide::Plan::Copy { sources, cluster } => {
                 let sources = sources_of(&census, &sources, inner.majority.needed());
@@ -225,7 +262,6 @@ impl Client {
                 self.write_repair(i, sources, &cluster, &run_id, claim)
                     .await
             }
-            decide::Plan::Bootstrap(descriptor) => self.bootstrap(&descriptor).await,
             decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
         }
     }
@@ -241,20 +277,24 @@ impl Client {
         // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
         // because their marker is missing: a session, reporting the marker it read.
         let census = Step::session(|mut nc: NodeConn| async move {
-            let (marker, marked): (Option<String>, Option<String>) = redis::pipe()
-                .atomic()
-                .cmd("GET")
-                .arg(fixed_key(KeyKind::Marker))
-                .cmd("GET")
-                .arg(fixed_key(KeyKind::Marked))
-                .query_async(&mut nc.conn)
-                .await?;
+            let (marker, marked, descriptor): (Option<String>, Option<String>, Option<String>) =
+                redis::pipe()
+                    .atomic()
+                    .cmd("GET")
+                    .arg(fixed_key(KeyKind::Marker))
+                    .cmd("GET")
+                    .arg(fixed_key(KeyKind::Marked))
+                    .cmd("GET")
+                    .arg(fixed_key(KeyKind::Cluster))
+                    .query_async(&mut nc.conn)
+                    .await?;
             let has_state = has_state(&mut nc).await?;
             Ok(NodeOutcome::Applied(Census {
                 node: nc.node(),
                 run_id: nc.run_id().to_string(),
                 marker,
                 marked,
+                descriptor,
                 has_state,
             }))
         });
@@ -341,47 +381,6 @@ impl Client {
             .map(|r| r.node.0)
             .collect()
     }
-
-    /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
-    /// for cluster `d`.
-    async fn bootstrap(&self, d: &Descriptor) -> RepairOutcome {
-        let epochs = self.inner.config.repair_epochs;
-        let inner = &self.inner;
-        let listed: std::sync::Arc<Vec<bool>> = std::sync::Arc::new(
-            inner
-                .config
-                .nodes
-                .iter()
-                .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
-                .collect(),
-        );
-        let (descriptor, id) = (d.encode(), d.id.clone());
-        let steps = Steps::per_node(move |ctx| {
-            if !listed.get(ctx.node).copied().unwrap_or(false) {
-                return None;
-            }
-            // No marker check: the script writes only where no marker is.
-            let call = script_call(&CLUSTER_INIT, Guard::None("writes only an unmarked node"))
-                .marker_key()
-                .key(fixed_key(KeyKind::Cluster))
-                .arg(cluster::marker_value(
-                    &ctx.run_id,
-                    epochs.then(cluster::new_epoch).as_deref(),
-                    &id,
-                ))
-                .arg(&descriptor);
-            Some(call.decode(|_, v| decode::one_applied(v)))
-        });
-        let request = Request::any_node("repair.bootstrap", Targets::All)
-            .within(inner.config.operation_timeout);
-        let tally = self.send(request, steps).await;
-        for n in &inner.nodes {
-            let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
-        }
-        RepairOutcome::Bootstrapped {
-            marked: tally.applied(),
-        }
-    }
 }
 
 /// What a repair writes last: the descriptor, then the marker, for this incarnation.
@@ -420,6 +419,8 @@ pub(crate) struct Census {
     pub(crate) marker: Option<String>,
     /// Its last repair's nonce (`rq:marked`).
     pub(crate) marked: Option<String>,
+    /// Its cluster descriptor as stored (`rq:cluster`).
+    pub(crate) descriptor: Option<String>,
     pub(crate) has_state: bool,
 }
 

@@ -20,9 +20,35 @@ pub fn init_tracing() {
 
 /// A client over `urls` with the test defaults (strict mode, 250 ms per node).
 pub async fn client(urls: &[String]) -> Client {
-    Client::connect(config_from_urls(urls).expect("test URLs are valid"))
+    connect(config_from_urls(urls).expect("test URLs are valid"))
         .await
         .expect("test config is valid")
+}
+
+/// `Client::connect`, after `Client::init_cluster` the first time this process meets the
+/// node list, as an operator runs `redquorum cluster init` once before the first client (its
+/// refusals are left to `connect` to report). A
+/// later connect (after a wipe of every node, say) is a plain `Client::connect`: it refuses
+/// blank nodes. Tests of set-up itself call `Client::connect` and `Client::init_cluster`.
+pub async fn connect(config: Config) -> Result<Client, redquorum::Error> {
+    static SET_UP: std::sync::Mutex<Vec<Vec<String>>> = std::sync::Mutex::new(Vec::new());
+    let mut list = config.node_names();
+    list.sort();
+    let first = {
+        let mut set_up = SET_UP.lock().unwrap_or_else(|p| p.into_inner());
+        let first = !set_up.contains(&list);
+        if first {
+            set_up.push(list);
+        }
+        first
+    };
+    if first {
+        // Where it cannot set up (a node down, another cluster's nodes), `connect` says why.
+        if let Err(e) = Client::init_cluster(config.clone()).await {
+            tracing::info!("cluster init before the first connect: {e}");
+        }
+    }
+    Client::connect(config).await
 }
 
 /// `Config::from_urls`, with the test PKI's CA and client certificate in secure mode

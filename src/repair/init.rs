@@ -1,0 +1,189 @@
+//! `cluster init`: setting a cluster up, explicitly, and raising its node timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::decide::{self, SetUp};
+use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
+use crate::cluster::{self, Descriptor};
+use crate::config::{Config, ConfigError};
+use crate::error::Error;
+use crate::keys::{fixed_key, KeyKind};
+use crate::scripts::CLUSTER_INIT;
+
+/// What [`Client::init_cluster`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterInit {
+    /// The cluster as its nodes hold it now.
+    pub cluster: Descriptor,
+    /// Whether this call set the cluster up (false: a majority was marked for it already).
+    pub created: bool,
+    /// Nodes this call marked.
+    pub marked: usize,
+    /// Nodes whose descriptor this call gave a longer node timeout.
+    pub raised: usize,
+    /// The cluster's node timeout now: the longest that a majority of its nodes record (see
+    /// [`Client::init_cluster`]).
+    pub node_timeout: Option<Duration>,
+}
+
+impl Client {
+    /// Set up a cluster on the nodes of `config`, explicitly and once (`redquorum cluster
+    /// init`): every other way in ([`Client::connect`], every command) refuses blank nodes.
+    /// Idempotent: on a cluster already set up it changes nothing but the node timeout.
+    ///
+    /// - **Blank nodes** (every configured node answers, none holds a marker of another
+    ///   cluster or any redquorum data, fewer than a majority are marked): each node is marked
+    ///   for the cluster of this node list, whose descriptor records `config`'s node timeout.
+    ///   A set-up cut short (some nodes marked) is finished the same way.
+    /// - **A cluster set up already** (a majority of the nodes marked for the cluster these
+    ///   nodes' descriptors name): nothing is marked. If `config`'s node timeout is longer
+    ///   than the cluster's, the descriptors are raised to it (never lowered); clients may
+    ///   use it once a majority of the nodes record it.
+    ///
+    /// The node timeout is the cluster's: every repair waits it for writes in flight, so a
+    /// client with a longer one is refused ([`ConfigError::ClusterMismatch`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::ClusterSetUp`] when nothing can be set up: a node did not answer, a node
+    /// holds data or another cluster's marker while fewer than a majority are marked (a
+    /// majority lost its data: empty every node first to start over, losing what they hold),
+    /// or the pin names another cluster; [`ConfigError::ClusterMismatch`] when the nodes form
+    /// a cluster with another node list; [`Error::Config`] for an invalid configuration;
+    /// [`Error::NoQuorum`] when fewer than a majority could be marked.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: an interrupted set-up leaves some nodes marked, and running it again
+    /// finishes it; clients refuse the nodes until a majority is marked.
+    pub async fn init_cluster(config: Config) -> Result<ClusterInit, Error> {
+        let client = Client::open(config, false).await?;
+        client.set_up().await
+    }
+
+    async fn set_up(&self) -> Result<ClusterInit, Error> {
+        let inner = &self.inner;
+        let needed = inner.majority.needed();
+        let census = self.census().await;
+        let adoption = self.judge_adoption_with(false);
+        if let cluster::Adoption::Refused(why) = &adoption {
+            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
+        }
+        let plan = decide::set_up(
+            &adoption,
+            &census,
+            needed,
+            inner.nodes.len(),
+            &inner.config.node_names(),
+            inner.config.cluster_pin.as_deref(),
+        );
+        let ours = inner.config.node_timeout;
+        let (d, created) = match plan {
+            SetUp::Refuse(why) => {
+                return Err(Error::Config(ConfigError::ClusterSetUp(format!(
+                    "cluster init: {why}"
+                ))))
+            }
+            SetUp::Mark(d) => (d.with_node_timeout_at_least(ours), true),
+            SetUp::Exists(d) => (d.with_node_timeout_at_least(ours), false),
+        };
+        let marked = if created { self.bootstrap(&d).await } else { 0 };
+        let stored: Vec<(usize, String)> = census
+            .iter()
+            .filter_map(|c| Some((c.node, c.descriptor.clone()?)))
+            .collect();
+        let raised = self.raise(&d, stored).await;
+        for n in &inner.nodes {
+            let _ = tokio::time::timeout(inner.config.node_timeout, n.reprobe()).await;
+        }
+        let seen = self.seen_descriptors();
+        let ready = seen.iter().flatten().filter(|s| s.id == d.id).count();
+        if ready < needed {
+            return Err(Error::Config(ConfigError::ClusterSetUp(format!(
+                "cluster init: only {ready} of {} nodes hold cluster {} now, {needed} must: run \
+                 it again once every node answers",
+                inner.nodes.len(),
+                d.id
+            ))));
+        }
+        let node_timeout = cluster::agreed_node_timeout(&seen, &d.id, needed);
+        tracing::info!(cluster = %d.id, created, marked, raised, "cluster init");
+        Ok(ClusterInit {
+            cluster: d,
+            created,
+            marked,
+            raised,
+            node_timeout,
+        })
+    }
+
+    /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
+    /// for cluster `d`. Returns how many were marked.
+    async fn bootstrap(&self, d: &Descriptor) -> usize {
+        let epochs = self.inner.config.repair_epochs;
+        let inner = &self.inner;
+        let listed: Arc<Vec<bool>> = Arc::new(
+            inner
+                .config
+                .nodes
+                .iter()
+                .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
+                .collect(),
+        );
+        let (descriptor, id) = (d.encode(), d.id.clone());
+        let steps = Steps::per_node(move |ctx| {
+            if !listed.get(ctx.node).copied().unwrap_or(false) {
+                return None;
+            }
+            // No marker check: the script writes only where no marker is.
+            let call = script_call(&CLUSTER_INIT, Guard::None("writes only an unmarked node"))
+                .marker_key()
+                .key(fixed_key(KeyKind::Cluster))
+                .arg(cluster::marker_value(
+                    &ctx.run_id,
+                    epochs.then(cluster::new_epoch).as_deref(),
+                    &id,
+                ))
+                .arg(&descriptor);
+            Some(call.decode(|_, v| decode::one_applied(v)))
+        });
+        let request =
+            Request::any_node("cluster.init", Targets::All).within(inner.config.operation_timeout);
+        self.send(request, steps).await.applied()
+    }
+
+    /// Give every marked node whose descriptor is `d`'s with a shorter node timeout `d`'s
+    /// (a compare-and-set on the stored descriptor, `stored`, as the census read it; a node
+    /// without a marker is never touched). Returns how many were raised.
+    async fn raise(&self, d: &Descriptor, stored: Vec<(usize, String)>) -> usize {
+        let raised = d.encode();
+        let stale: Arc<Vec<(usize, String)>> = Arc::new(
+            stored
+                .into_iter()
+                .filter(|(_, raw)| {
+                    Descriptor::decode(raw)
+                        .is_ok_and(|s| s.id == d.id && s.node_timeout_ms < d.node_timeout_ms)
+                })
+                .collect(),
+        );
+        if stale.is_empty() {
+            return 0;
+        }
+        let steps = Steps::per_node(move |ctx| {
+            let (_, old) = stale.iter().find(|(n, _)| *n == ctx.node)?;
+            let call = script_call(
+                &CLUSTER_INIT,
+                Guard::None("raises a marked node's descriptor, compare-and-set"),
+            )
+            .marker_key()
+            .key(fixed_key(KeyKind::Cluster))
+            .arg("")
+            .arg(&raised)
+            .arg(old);
+            Some(call.decode(|_, v| decode::one_applied(v)))
+        });
+        let request = Request::any_node("cluster.raise", Targets::All)
+            .within(self.inner.config.operation_timeout);
+        self.send(request, steps).await.applied()
+    }
+}
