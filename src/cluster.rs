@@ -170,6 +170,13 @@ pub(crate) fn agreed_node_timeout(
         .filter(|d| d.id == id)
         .map(|d| d.node_timeout_ms.unwrap_or(u64::MAX))
         .collect();
+    // A descriptor without a timeout (an older release's repair rewrote it) beside ones that
+    // record it counts as none: what a repair from it waits is only this client's own.
+    if ms.iter().any(|v| *v != u64::MAX) {
+        for v in ms.iter_mut().filter(|v| **v == u64::MAX) {
+            *v = 0;
+        }
+    }
     if ms.len() < needed || needed == 0 {
         return None;
     }
@@ -213,11 +220,6 @@ pub(crate) fn marker_value(run_id: &str, epoch: Option<&str>, cluster: &str) -> 
         Some(e) => format!("{run_id}.{e}/{cluster}"),
         None => format!("{run_id}/{cluster}"),
     }
-}
-
-/// A new marker epoch: 16 random hex digits.
-pub(crate) fn new_epoch() -> String {
-    format!("{:016x}", rand::random::<u64>())
 }
 
 /// A marker's parts: the run_id it was written for (without its epoch) and the cluster id
@@ -365,9 +367,19 @@ pub(crate) fn change_origin(
     let ours = identities(ours);
     let known: Vec<&Descriptor> = seen.iter().flatten().collect();
     for d in known.iter().filter(|d| identities(&d.nodes) == ours) {
+        // The longest node timeout any copy of this descriptor records (never lowered).
+        let longest = known
+            .iter()
+            .filter(|k| k.id == d.id)
+            .filter_map(|k| k.node_timeout())
+            .max();
+        let d = match longest {
+            Some(t) => (*d).clone().with_node_timeout_at_least(t),
+            None => (*d).clone(),
+        };
         let next = d.succeeding(to);
         if known.iter().any(|k| k.id == next.id) {
-            return Origin::Resumed((*d).clone(), next);
+            return Origin::Resumed(d, next);
         }
     }
     match adoption {
@@ -469,6 +481,11 @@ fn lineage<'a>(d: &'a Descriptor, known: &[&'a Descriptor]) -> Vec<&'a Descripto
 pub(crate) fn sealed_for(marker: &str) -> Option<&str> {
     let (_, rest) = marker.split_once(SEALED)?;
     Some(rest.strip_suffix(CHANGE_DONE).unwrap_or(rest))
+}
+
+/// Whether two node lists name the same servers (user part and case aside).
+pub(crate) fn same_servers(a: &[String], b: &[String]) -> bool {
+    identities(a) == identities(b)
 }
 
 /// Node names as a set of servers, whatever the spelling of their user part or case: the
@@ -647,6 +664,11 @@ mod tests {
         assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(250)));
         let seen = [at(1000), at(1000), at(250)];
         assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(1000)));
+        // Beside ones that record it, a descriptor without one counts as none (0 ms).
+        let seen = [at(1000), Ok(base.clone()), at(1000)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(1000)));
+        let seen = [at(1000), Ok(base.clone()), at(250)];
+        assert_eq!(agreed_node_timeout(&seen, &base.id, 2), Some(ms(250)));
         // Too few seen to judge; an older release's descriptors record none.
         assert_eq!(agreed_node_timeout(&[at(1000)], &base.id, 2), None);
         assert_eq!(

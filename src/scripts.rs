@@ -98,7 +98,7 @@ pub(crate) static RESTORE: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
-/// Bootstrap: mark a new node for a cluster and store the cluster's descriptor.
+/// `cluster init` on a set-up cluster: raise a marked node's descriptor, compare-and-set.
 pub(crate) static CLUSTER_INIT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
         include_str!("scripts/prelude.lua"),

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{config_from_urls, init_tracing};
-use redquorum::{Client, Config, ConfigError, Error, IdGenerator};
+use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock};
 use redquorum_testkit::Cluster;
 
 /// How many keys each node holds, read straight from the servers.
@@ -86,35 +86,76 @@ async fn blank_nodes_are_refused_naming_cluster_init_until_it_sets_the_cluster_u
     assert_eq!(ids.next_id().await.expect("an ID"), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_every_node_lost_its_data_ids_never_restart_until_the_operator_runs_cluster_init() {
-    init_tracing();
-    let cluster = Cluster::start(3).await;
-    Client::init_cluster(config(&cluster))
+/// Every node loses its data (FLUSHALL, no restart) under a running client that took lock
+/// `res` three times. Returns the last token before the loss, and what the running client's
+/// next acquisition gave. `implicit`: the TEST-ONLY switch by which a repair sets blank nodes
+/// up, as every client did before issue 28.
+async fn tokens_after_every_node_lost(
+    cluster: &Cluster,
+    implicit: bool,
+) -> (u64, Result<u64, Error>) {
+    Client::init_cluster(config(cluster))
         .await
         .expect("cluster init");
-    let running = Client::connect(config(&cluster)).await.expect("connect");
-    let ids = IdGenerator::new(&running, "orders").expect("valid");
-    let mut last = 0;
-    for _ in 0..10 {
-        last = ids.next_id().await.expect("an ID");
+    let mut running_config = config(cluster);
+    if implicit {
+        running_config = running_config.with_implicit_set_up_for_tests();
     }
-    assert!(last >= 10);
-
-    // Every node loses its data, without a restart.
+    let running = Client::connect(running_config).await.expect("connect");
+    let lock = Lock::new(&running, "res", Duration::from_secs(5)).expect("valid");
+    let mut last = 0;
+    for _ in 0..3 {
+        let guard = lock.try_acquire().await.expect("the lock is free");
+        last = guard.token().get();
+        guard.release().await.expect("release");
+    }
     for node in cluster.nodes() {
         node.flushall().await;
     }
-    // The running client is refused: no ID at or below one it issued.
-    let fresh = IdGenerator::new(&running, "orders").expect("valid");
-    match fresh.next_id().await {
-        Err(e) => println!("the running client is refused: {e}"),
-        Ok(id) => panic!("after every node lost its data, an ID was issued: {id} (last {last})"),
+    if !implicit {
+        // The running client is refused: no token at or below one it was granted.
+        match lock.try_acquire().await {
+            Err(e) => println!("the running client is refused: {e}"),
+            Ok(g) => panic!(
+                "after every node lost its data, a lease was granted with token {} (last {last})",
+                g.token()
+            ),
+        }
     }
+    // A new process's client (no memory of the tokens).
+    let mut fresh_config = config(cluster);
+    if implicit {
+        fresh_config = fresh_config.with_implicit_set_up_for_tests();
+    }
+    let fresh = match Client::connect(fresh_config).await {
+        Ok(c) => c,
+        Err(e) => return (last, Err(e)),
+    };
+    let lock = Lock::new(&fresh, "res", Duration::from_secs(5)).expect("valid");
+    let mut after = Err(Error::InvalidArgument("not tried".into()));
+    for _ in 0..10 {
+        after = lock.try_acquire().await.map(|g| g.token().get());
+        if after.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    (last, after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_every_node_lost_its_data_tokens_never_restart_until_the_operator_runs_cluster_init()
+{
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let (last, after) = tokens_after_every_node_lost(&cluster, false).await;
     // A new client is refused naming cluster init, and writes nothing.
-    match Client::connect(config(&cluster)).await {
+    match after {
         Err(e) if names_cluster_init(&e) => println!("refused as it must be: {e}"),
-        other => panic!("blank nodes after a cluster must be refused naming init: {other:?}"),
+        other => panic!(
+            "blank nodes after a cluster (last token {last}) must be refused naming init: \
+             {other:?}"
+        ),
     }
     let written = keys_per_node(&cluster).await;
     assert!(
@@ -132,9 +173,23 @@ async fn after_every_node_lost_its_data_ids_never_restart_until_the_operator_run
         .next_id()
         .await
         .expect("an ID");
-    // The registers started again (this process's own high-water mark may keep its IDs above
-    // the ones it issued).
-    println!("after cluster init, the first ID is {id} (before the loss: {last})");
+    println!("after cluster init, the cluster works again (ID {id})");
+}
+
+/// Teeth: with the set-up implicit again (the rule before issue 28), a new client's repair
+/// sets the blank nodes up and its lease token goes back to one granted before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_implicit_set_up_a_new_clients_tokens_restart_after_every_node_lost_its_data() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let (last, after) = tokens_after_every_node_lost(&cluster, true).await;
+    match after {
+        Ok(t) if t <= last => println!("token {t} after {last}: the hole the set-up rule closes"),
+        other => panic!(
+            "with implicit set-up, the running client should have been granted a restarted \
+             token (at most {last}), got {other:?}"
+        ),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,4 +246,138 @@ async fn the_node_timeout_is_the_clusters_raised_by_init_never_lowered_and_waite
         took >= Duration::from_secs(1),
         "the repair waited {took:?}, less than the cluster's 1 s node timeout"
     );
+}
+
+/// A `cluster init` that decided to mark the blank nodes and froze before marking node 2;
+/// meanwhile another init set the cluster up, node 2 became a member and then lost its data
+/// (FLUSHALL). Returns node 2's marker once the frozen init resumed. `unclaimed`: the
+/// TEST-ONLY switch by which its mark needs no claim (as the set-up's unguarded mark did).
+async fn a_late_init_mark(unclaimed: bool) -> Option<String> {
+    use std::sync::Arc;
+    let cluster = Cluster::start(3).await;
+    let fast = |c: Config| {
+        c.with_operation_timeout(Duration::from_millis(500))
+            .with_node_timeout(Duration::from_millis(250))
+    };
+    let (decided, resume) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let mut frozen = fast(config(&cluster)).with_copy_hook_for_tests({
+        let (decided, resume) = (decided.clone(), resume.clone());
+        move |event| {
+            let (decided, resume) = (decided.clone(), resume.clone());
+            Box::pin(async move {
+                if event == redquorum::CopyEvent::InitDecided {
+                    decided.notify_one();
+                    resume.notified().await;
+                }
+            })
+        }
+    });
+    if unclaimed {
+        frozen = frozen.with_unclaimed_copy_writes_for_tests();
+    }
+    let first = tokio::spawn(Client::init_cluster(frozen));
+    decided.notified().await;
+    // The frozen init holds claims on the three blank nodes: this one takes them over after
+    // watching them unchanged for their lifetime, and sets the cluster up.
+    let second = Client::init_cluster(fast(config(&cluster)))
+        .await
+        .expect("the second init sets the cluster up");
+    assert!(second.created, "{second:?}");
+    let client = Client::connect(fast(config(&cluster)))
+        .await
+        .expect("connect");
+    IdGenerator::new(&client, "s")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("an ID");
+    cluster.node(2).flushall().await;
+    resume.notify_one();
+    let late = first.await.expect("the first init's task");
+    println!("the frozen init, resumed: {late:?}");
+    let mut n2 = cluster.node(2).direct_connection().await;
+    redis::cmd("GET")
+        .arg("rq:marker")
+        .query_async(&mut n2)
+        .await
+        .expect("GET")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_inits_late_mark_never_lands_on_a_member_that_lost_its_data() {
+    init_tracing();
+    let marker = a_late_init_mark(false).await;
+    assert_eq!(
+        marker, None,
+        "the flushed member must stay unmarked (quarantined until repaired), not be marked by \
+         the frozen init"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_set_up_claims_a_frozen_inits_late_mark_lands_on_a_flushed_member() {
+    init_tracing();
+    let marker = a_late_init_mark(true).await;
+    assert!(
+        marker.is_some(),
+        "with unclaimed marks the frozen init's late mark should land on the flushed node"
+    );
+}
+
+/// A repair never lowers the cluster's node timeout, even by a client whose cached
+/// descriptor predates a raise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_by_a_client_that_predates_a_raise_keeps_the_raised_node_timeout() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let with = |ms: u64| {
+        config(&cluster)
+            .with_node_timeout(Duration::from_millis(ms))
+            .with_connect_timeout(Duration::from_millis(ms.min(250)))
+    };
+    Client::init_cluster(with(250)).await.expect("cluster init");
+    let quick = Client::connect(with(100))
+        .await
+        .expect("connect before the raise");
+    cluster.node(2).cut_off();
+    let raised = Client::init_cluster(with(1000)).await.expect("raise");
+    assert_eq!(raised.raised, 2, "{raised:?}");
+    cluster.node(2).heal();
+    cluster.node(1).flushall().await;
+    // IDs through `quick`: node 1 refuses its marker check, `quick` probes it again (only it:
+    // its probes of nodes 0 and 2 still show 250 ms) and repairs it.
+    let ids = IdGenerator::new(&quick, "s").expect("valid");
+    let mut n1 = cluster.node(1).direct_connection().await;
+    let start = Instant::now();
+    loop {
+        let _ = ids.next_id().await;
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut n1)
+            .await
+            .expect("GET");
+        if marker.is_some() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "node 1 was not repaired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored: String = redis::cmd("GET")
+        .arg("rq:cluster")
+        .query_async(&mut n1)
+        .await
+        .expect("node 1's descriptor");
+    assert!(
+        stored.contains("\"node_timeout_ms\":1000"),
+        "the repair lowered node 1's recorded node timeout: {stored}"
+    );
+    Client::connect(with(1000))
+        .await
+        .expect("the raised node timeout is still allowed after the repair");
 }

@@ -202,7 +202,7 @@ impl Client {
     /// marker (blank nodes, or nodes that all lost their data). Fewer than a majority marked
     /// (a set-up cut short, a majority lost) is left to the repair, whose deferral says why.
     pub(crate) fn not_set_up(&self) -> Option<String> {
-        if !self.inner.config.amnesia_protection {
+        if !self.inner.config.amnesia_protection || self.inner.config.implicit_set_up {
             return None;
         }
         let probes: Vec<_> = self
@@ -432,7 +432,7 @@ impl Client {
         }
         let adoption = cluster::adopt(&ours, &seen, inner.config.cluster_identity);
         let adoption = if timeouts {
-            self.judge_node_timeout(&seen, adoption)
+            self.judge_node_timeout(&self.seen_descriptors_per_server(), adoption)
         } else {
             adoption
         };
@@ -474,6 +474,20 @@ impl Client {
     }
 
     /// The cluster descriptors this client's reachable nodes hold (unreadable ones as errors).
+    /// As `seen_descriptors`, one per server: a server reached by two URLs (its run_id seen
+    /// twice) counts once, as it votes once.
+    fn seen_descriptors_per_server(&self) -> Vec<Result<cluster::Descriptor, String>> {
+        let mut servers = std::collections::HashSet::new();
+        self.inner
+            .nodes
+            .iter()
+            .filter_map(|n| n.snapshot().0)
+            .filter(|p| p.run_id.as_ref().is_none_or(|r| servers.insert(r.clone())))
+            .filter_map(|p| p.cluster)
+            .map(|raw| cluster::Descriptor::decode(&raw))
+            .collect()
+    }
+
     pub(crate) fn seen_descriptors(&self) -> Vec<Result<cluster::Descriptor, String>> {
         self.inner
             .nodes

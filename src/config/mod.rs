@@ -96,6 +96,9 @@ pub struct Config {
     pub(crate) copy_hook: Option<CopyHook>,
     /// A repair writes a new marker epoch and restores beats by maximum (test switch).
     pub(crate) repair_epochs: bool,
+    /// TEST ONLY (false outside tests): a repair that finds blank nodes sets a cluster up on
+    /// them, as every client did before issue 28.
+    pub(crate) implicit_set_up: bool,
     /// A re-run of an interrupted node-list change resumes it (test switch).
     pub(crate) change_resumes: bool,
     pub(crate) cluster_identity: bool,
@@ -122,6 +125,8 @@ pub enum CopyEvent {
     Sealed,
     /// A node-list change marked one more node of the new list for the new cluster.
     Marked,
+    /// `cluster init` decided to mark blank nodes (under its claims), before it marks them.
+    InitDecided,
 }
 
 /// The test-only copy hook (see [`Config::with_copy_hook_for_tests`]).
@@ -194,6 +199,7 @@ impl Config {
             #[cfg(feature = "test-util")]
             copy_hook: None,
             repair_epochs: true,
+            implicit_set_up: false,
             change_resumes: true,
             cluster_identity: true,
             cluster_pin: None,
@@ -466,6 +472,16 @@ impl Config {
     #[cfg(feature = "test-util")]
     pub fn with_unclaimed_copy_writes_for_tests(mut self) -> Self {
         self.copy_claimed = false;
+        self
+    }
+
+    /// TEST ONLY: a repair that finds blank nodes (every node answering, none marked, none
+    /// holding data) sets a cluster up on them, as every client did before issue 28: after
+    /// every node lost its data, a running client's IDs then start again from 1 without the
+    /// operator's `cluster init`, which a test can show.
+    #[cfg(feature = "test-util")]
+    pub fn with_implicit_set_up_for_tests(mut self) -> Self {
+        self.implicit_set_up = true;
         self
     }
 

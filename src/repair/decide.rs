@@ -143,6 +143,14 @@ pub(crate) fn set_up(
 ) -> SetUp {
     let descriptor = match adoption {
         Adoption::Refused(why) => return SetUp::Refuse(why.clone()),
+        Adoption::Adopted(d) if !cluster::same_servers(&d.nodes, our_names) => {
+            return SetUp::Refuse(format!(
+                "these nodes hold cluster {} ({}), not one of this node list: to change a \
+                 cluster's node list, use `redquorum cluster change`",
+                d.id,
+                d.describe()
+            ))
+        }
         Adoption::Adopted(d) => d.clone(),
         Adoption::Unknown => Descriptor::new_cluster(our_names),
     };
@@ -422,6 +430,12 @@ mod tests {
             init(&adopted, &half[..2], None),
             SetUp::Exists(fresh.clone())
         );
+        // A half set-up of another list of as many nodes is not finished by this list.
+        let other = Descriptor::new_cluster(&["a:1".into(), "b:1".into(), "d:1".into()]);
+        assert!(matches!(
+            init(&Adoption::Adopted(other), &blank, None),
+            SetUp::Refuse(why) if why.contains("cluster change")
+        ));
         assert!(matches!(
             init(&Adoption::Refused("two lists".into()), &blank, None),
             SetUp::Refuse(why) if why == "two lists"

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::decide::{self, SetUp};
+use super::{Census, Mark, RepairClaim};
 use crate::client::{decode, script_call, Client, Guard, Request, Steps, Targets};
 use crate::cluster::{self, Descriptor};
 use crate::config::{Config, ConfigError};
@@ -61,33 +62,18 @@ impl Client {
         client.set_up().await
     }
 
-    async fn set_up(&self) -> Result<ClusterInit, Error> {
+    /// `cluster init` through this client (see [`Client::init_cluster`]).
+    pub(super) async fn set_up(&self) -> Result<ClusterInit, Error> {
         let inner = &self.inner;
         let needed = inner.majority.needed();
         let census = self.census().await;
-        let adoption = self.judge_adoption_with(false);
-        if let cluster::Adoption::Refused(why) = &adoption {
-            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
-        }
-        let plan = decide::set_up(
-            &adoption,
-            &census,
-            needed,
-            inner.nodes.len(),
-            &inner.config.node_names(),
-            inner.config.cluster_pin.as_deref(),
-        );
-        let ours = inner.config.node_timeout;
-        let (d, created) = match plan {
-            SetUp::Refuse(why) => {
-                return Err(Error::Config(ConfigError::ClusterSetUp(format!(
-                    "cluster init: {why}"
-                ))))
-            }
-            SetUp::Mark(d) => (d.with_node_timeout_at_least(ours), true),
-            SetUp::Exists(d) => (d.with_node_timeout_at_least(ours), false),
+        let (d, created) = self.plan_set_up(&census)?;
+        let marked = if created {
+            self.mark_blank(&d, &census).await?
+        } else {
+            0
         };
-        let marked = if created { self.bootstrap(&d).await } else { 0 };
+        let census = self.census().await;
         let stored: Vec<(usize, String)> = census
             .iter()
             .filter_map(|c| Some((c.node, c.descriptor.clone()?)))
@@ -117,39 +103,88 @@ impl Client {
         })
     }
 
-    /// Mark every unmarked node that the descriptor lists (all of them, for a new cluster)
-    /// for cluster `d`. Returns how many were marked.
-    async fn bootstrap(&self, d: &Descriptor) -> usize {
-        let epochs = self.inner.config.repair_epochs;
+    /// What `cluster init` does after `census`: the cluster (with this client's node timeout
+    /// at least) and whether its nodes are to be marked, or why nothing can be set up.
+    fn plan_set_up(&self, census: &[Census]) -> Result<(Descriptor, bool), Error> {
         let inner = &self.inner;
-        let listed: Arc<Vec<bool>> = Arc::new(
-            inner
-                .config
-                .nodes
-                .iter()
-                .map(|u| !inner.config.cluster_identity || d.lists(u.name()))
-                .collect(),
+        let adoption = self.judge_adoption_with(false);
+        if let cluster::Adoption::Refused(why) = &adoption {
+            return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
+        }
+        let plan = decide::set_up(
+            &adoption,
+            census,
+            inner.majority.needed(),
+            inner.nodes.len(),
+            &inner.config.node_names(),
+            inner.config.cluster_pin.as_deref(),
         );
-        let (descriptor, id) = (d.encode(), d.id.clone());
-        let steps = Steps::per_node(move |ctx| {
-            if !listed.get(ctx.node).copied().unwrap_or(false) {
-                return None;
+        let ours = inner.config.node_timeout;
+        match plan {
+            SetUp::Refuse(why) => Err(Error::Config(ConfigError::ClusterSetUp(format!(
+                "cluster init: {why}"
+            )))),
+            SetUp::Mark(d) => Ok((d.with_node_timeout_at_least(ours), true)),
+            SetUp::Exists(d) => Ok((d.with_node_timeout_at_least(ours), false)),
+        }
+    }
+
+    /// Mark the unmarked nodes of `census` for cluster `d`, each under a repair claim taken
+    /// before the decision is checked again: the mark (`mark.lua`) lands only while the node
+    /// still carries this claim, so a mark that arrives late (this process was frozen, the
+    /// request was delayed) on a node that became a member since and lost its data finds no
+    /// claim (a FLUSHALL removed it, or another set-up took it over) and writes nothing.
+    /// Returns how many nodes were marked.
+    async fn mark_blank(&self, d: &Descriptor, census: &[Census]) -> Result<usize, Error> {
+        let claims: Vec<(usize, RepairClaim)> = census
+            .iter()
+            .filter(|c| c.marker.is_none())
+            .map(|c| (c.node, RepairClaim::new(self.clone(), c.node, None)))
+            .collect();
+        let taken = futures::future::join_all(claims.iter().map(|(_, c)| c.take())).await;
+        let held: Vec<&(usize, RepairClaim)> = claims
+            .iter()
+            .zip(taken)
+            .filter_map(|(c, t)| t.then_some(c))
+            .collect();
+        // The decision again, under the claims (nothing else writes a claimed blank node).
+        let census = self.census().await;
+        let decided = self.plan_set_up(&census);
+        if !matches!(&decided, Ok((again, true)) if again.id == d.id) {
+            for (_, claim) in &held {
+                claim.release().await;
             }
-            // No marker check: the script writes only where no marker is.
-            let call = script_call(&CLUSTER_INIT, Guard::None("writes only an unmarked node"))
-                .marker_key()
-                .key(fixed_key(KeyKind::Cluster))
-                .arg(cluster::marker_value(
-                    &ctx.run_id,
-                    epochs.then(cluster::new_epoch).as_deref(),
-                    &id,
-                ))
-                .arg(&descriptor);
-            Some(call.decode(|_, v| decode::one_applied(v)))
-        });
-        let request =
-            Request::any_node("cluster.init", Targets::All).within(inner.config.operation_timeout);
-        self.send(request, steps).await.applied()
+            return decided.map(|_| 0);
+        }
+        self.copy_event(crate::config::CopyEvent::InitDecided).await;
+        let mut marked = 0;
+        for (node, claim) in held {
+            let blank = census
+                .iter()
+                .find(|c| c.node == *node && c.marker.is_none());
+            let done = match blank {
+                Some(c) => {
+                    let mark = Arc::new(Mark {
+                        run_id: c.run_id.clone(),
+                        descriptor: d.encode(),
+                        marker: cluster::marker_value(
+                            &c.run_id,
+                            self.epoch(claim).as_deref(),
+                            &d.id,
+                        ),
+                        claim: self.copy_target(&c.run_id, claim).claim,
+                    });
+                    self.mark(Targets::Only(*node), mark).await.contains(node)
+                }
+                None => false,
+            };
+            if done {
+                marked += 1;
+            } else {
+                claim.release().await;
+            }
+        }
+        Ok(marked)
     }
 
     /// Give every marked node whose descriptor is `d`'s with a shorter node timeout `d`'s
@@ -177,7 +212,6 @@ impl Client {
             )
             .marker_key()
             .key(fixed_key(KeyKind::Cluster))
-            .arg("")
             .arg(&raised)
             .arg(old);
             Some(call.decode(|_, v| decode::one_applied(v)))

@@ -213,6 +213,9 @@ impl Client {
                 .unwrap_or_default()
                 .max(inner.config.node_timeout)
         };
+        if inner.config.implicit_set_up && matches!(self.set_up().await, Ok(init) if init.created) {
+            return RepairOutcome::NotNeeded;
+        }
         let Adoption::Adopted(adopted) = &adoption else {
             return RepairOutcome::Deferred(format!(
                 "no node reached holds a cluster descriptor: {}",
@@ -254,6 +257,20 @@ impl Client {
         };
         match plan {
             decide::Plan::Copy { sources, cluster } => {
+                // The descriptor written records the longest node timeout the census read on
+                // the sources and the target (this client's cached one may be older): a repair
+                // never lowers the cluster's node timeout.
+                let recorded = census
+                    .iter()
+                    .filter(|c| c.node == i || sources.contains(&c.node))
+                    .filter_map(|c| Descriptor::decode(c.descriptor.as_deref()?).ok())
+                    .filter(|d| d.id == cluster.id)
+                    .filter_map(|d| d.node_timeout())
+                    .max();
+                let cluster = match recorded {
+                    Some(t) => cluster.with_node_timeout_at_least(t),
+                    None => cluster,
+                };
                 let sources = sources_of(&census, &sources, inner.majority.needed());
                 let Some(found) = census.iter().find(|c| c.node == i) else {
                     return RepairOutcome::Deferred("the node did not answer the census".into());
