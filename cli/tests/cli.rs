@@ -770,7 +770,10 @@ async fn cluster_change_moves_to_a_new_node_list_and_the_old_list_follows_it() {
     // A command still given the old list follows the change: its ID follows the new list's.
     let out = redquorum(&["--nodes", &three, "id", "next", "seq"]).await;
     let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "the old list follows the change: {stderr}");
+    assert!(
+        out.status.success(),
+        "the old list follows the change: {stderr}"
+    );
     let followed: u64 = stdout.trim().parse().expect("an ID through the old list");
     assert!(followed > next, "{followed} must follow {next}");
     assert!(
