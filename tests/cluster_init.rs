@@ -7,29 +7,24 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use common::{config_from_urls, init_tracing};
 use redquorum::{Client, Config, ConfigError, Error, IdGenerator, Lock};
 use redquorum_testkit::Cluster;
 
-/// How many keys each node holds, read straight from the servers.
-async fn keys_per_node(cluster: &Cluster) -> Vec<u64> {
-    let mut out = Vec::new();
-    for node in cluster.nodes() {
-        let mut c = node.direct_connection().await;
-        out.push(
-            redis::cmd("DBSIZE")
-                .query_async(&mut c)
-                .await
-                .expect("DBSIZE"),
-        );
-    }
-    out
-}
-
 fn config(cluster: &Cluster) -> Config {
     config_from_urls(cluster.urls()).expect("test URLs are valid")
+}
+
+/// The test config with a node timeout of `ms` (and a connect timeout of at most 250 ms).
+fn with_node_timeout(cluster: &Cluster, ms: u64) -> Config {
+    config(cluster)
+        .with_node_timeout(Duration::from_millis(ms))
+        .with_connect_timeout(Duration::from_millis(ms.min(250)))
 }
 
 fn names_cluster_init(e: &Error) -> bool {
@@ -59,7 +54,7 @@ async fn blank_nodes_are_refused_naming_cluster_init_until_it_sets_the_cluster_u
         "check must say no cluster is set up"
     );
     assert_eq!(
-        keys_per_node(&cluster).await,
+        cluster.key_counts().await,
         vec![0, 0, 0],
         "connect and check on blank nodes wrote something"
     );
@@ -157,7 +152,7 @@ async fn after_every_node_lost_its_data_tokens_never_restart_until_the_operator_
              {other:?}"
         ),
     }
-    let written = keys_per_node(&cluster).await;
+    let written = cluster.key_counts().await;
     assert!(
         written.iter().all(|k| *k == 0),
         "the refused clients wrote on the wiped nodes: {written:?}"
@@ -196,11 +191,7 @@ async fn with_implicit_set_up_a_new_clients_tokens_restart_after_every_node_lost
 async fn the_node_timeout_is_the_clusters_raised_by_init_never_lowered_and_waited_by_repairs() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let with = |ms: u64| {
-        config(&cluster)
-            .with_node_timeout(Duration::from_millis(ms))
-            .with_connect_timeout(Duration::from_millis(ms.min(250)))
-    };
+    let with = |ms: u64| with_node_timeout(&cluster, ms);
     Client::init_cluster(with(250)).await.expect("cluster init");
 
     // A client asking for more than the cluster's is refused, naming both.
@@ -248,22 +239,17 @@ async fn the_node_timeout_is_the_clusters_raised_by_init_never_lowered_and_waite
     );
 }
 
-/// A `cluster init` that decided to mark the blank nodes and froze before marking node 2;
-/// meanwhile another init set the cluster up, node 2 became a member and then lost its data
-/// (FLUSHALL). Returns node 2's marker once the frozen init resumed. `unclaimed`: the
-/// TEST-ONLY switch by which its mark needs no claim (as the set-up's unguarded mark did).
-async fn a_late_init_mark(unclaimed: bool) -> Option<String> {
-    use std::sync::Arc;
-    let cluster = Cluster::start(3).await;
-    let fast = |c: Config| {
-        c.with_operation_timeout(Duration::from_millis(500))
-            .with_node_timeout(Duration::from_millis(250))
-    };
-    let (decided, resume) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let mut frozen = fast(config(&cluster)).with_copy_hook_for_tests({
+/// Short timeouts, so that a claim left by a stopped init is taken over in about 5 s.
+fn fast(c: Config) -> Config {
+    c.with_operation_timeout(Duration::from_millis(500))
+        .with_node_timeout(Duration::from_millis(250))
+}
+
+/// `config` whose `cluster init` stops once it decided to mark blank nodes (its claims taken):
+/// the first notify fires then, the second lets it go on.
+fn frozen_at_init_decision(config: Config) -> (Config, Arc<Notify>, Arc<Notify>) {
+    let (decided, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let frozen = config.with_copy_hook_for_tests({
         let (decided, resume) = (decided.clone(), resume.clone());
         move |event| {
             let (decided, resume) = (decided.clone(), resume.clone());
@@ -275,6 +261,52 @@ async fn a_late_init_mark(unclaimed: bool) -> Option<String> {
             })
         }
     });
+    (frozen, decided, resume)
+}
+
+/// An operator's `cluster init` killed half-way (after its claims, before its marks): every
+/// client is still refused naming cluster init, and running init again finishes the set-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_cluster_init_is_finished_by_running_it_again() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let (frozen, decided, _resume) = frozen_at_init_decision(fast(config(&cluster)));
+    let killed = tokio::spawn(Client::init_cluster(frozen));
+    decided.notified().await;
+    killed.abort();
+    let _ = killed.await;
+    match Client::connect(fast(config(&cluster))).await {
+        Err(e) if names_cluster_init(&e) => println!("refused as it must be: {e}"),
+        other => {
+            panic!("after an interrupted init, clients must be refused naming init: {other:?}")
+        }
+    }
+    let start = Instant::now();
+    let again = Client::init_cluster(fast(config(&cluster)))
+        .await
+        .expect("running cluster init again finishes the set-up");
+    println!(
+        "the second init set the cluster up in {:?}: {again:?}",
+        start.elapsed()
+    );
+    assert!(again.created && again.marked == 3, "{again:?}");
+    let client = Client::connect(fast(config(&cluster)))
+        .await
+        .expect("connect");
+    IdGenerator::new(&client, "s")
+        .expect("valid")
+        .next_id()
+        .await
+        .expect("an ID once the set-up is finished");
+}
+
+/// A `cluster init` that decided to mark the blank nodes and froze before marking node 2;
+/// meanwhile another init set the cluster up, node 2 became a member and then lost its data
+/// (FLUSHALL). Returns node 2's marker once the frozen init resumed. `unclaimed`: the
+/// TEST-ONLY switch by which its mark needs no claim (as the set-up's unguarded mark did).
+async fn a_late_init_mark(unclaimed: bool) -> Option<String> {
+    let cluster = Cluster::start(3).await;
+    let (mut frozen, decided, resume) = frozen_at_init_decision(fast(config(&cluster)));
     if unclaimed {
         frozen = frozen.with_unclaimed_copy_writes_for_tests();
     }
@@ -333,11 +365,7 @@ async fn without_set_up_claims_a_frozen_inits_late_mark_lands_on_a_flushed_membe
 async fn a_repair_by_a_client_that_predates_a_raise_keeps_the_raised_node_timeout() {
     init_tracing();
     let cluster = Cluster::start(3).await;
-    let with = |ms: u64| {
-        config(&cluster)
-            .with_node_timeout(Duration::from_millis(ms))
-            .with_connect_timeout(Duration::from_millis(ms.min(250)))
-    };
+    let with = |ms: u64| with_node_timeout(&cluster, ms);
     Client::init_cluster(with(250)).await.expect("cluster init");
     let quick = Client::connect(with(100))
         .await

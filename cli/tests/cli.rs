@@ -1851,21 +1851,6 @@ async fn election_run_stops_the_command_when_leadership_is_lost() {
     );
 }
 
-/// How many keys each node holds, read straight from the servers.
-async fn keys_per_node(cluster: &Cluster) -> Vec<u64> {
-    let mut out = Vec::new();
-    for node in cluster.nodes() {
-        let mut c = node.direct_connection().await;
-        out.push(
-            redis::cmd("DBSIZE")
-                .query_async(&mut c)
-                .await
-                .expect("DBSIZE"),
-        );
-    }
-    out
-}
-
 /// The operator's path: blank nodes refused by every command until `cluster init`; `check`
 /// only reads; a node restarted in a rolling restart is waited for by `check --wait`; the
 /// node timeout is the cluster's.
@@ -1897,7 +1882,7 @@ async fn cluster_init_sets_blank_nodes_up_once_and_check_waits_for_a_restarted_n
         "check says to run cluster init:\n{stdout}"
     );
     assert_eq!(
-        keys_per_node(&cluster).await,
+        cluster.key_counts().await,
         vec![0, 0, 0],
         "a command or check on blank nodes wrote something"
     );

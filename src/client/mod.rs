@@ -122,7 +122,7 @@ impl Client {
         if let Adoption::Refused(why) = &client.verdicts().adoption {
             return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
         }
-        if let Some(why) = client.not_set_up() {
+        if let Some(why) = client.set_up_problem() {
             return Err(Error::Config(ConfigError::ClusterSetUp(why)));
         }
         client.repair_quarantined().await;
@@ -188,20 +188,15 @@ impl Client {
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the half-built client.
     pub async fn connect_read_only(config: Config) -> Result<Client, Error> {
-        let client = Self::open_with(config, true).await?;
-        Ok(client)
+        Self::open_with(config, true).await
     }
 
     /// Whether a cluster is set up on these nodes, as far as the nodes reached tell: None when
-    /// it is (or too few nodes answered to tell), else why not, naming `cluster init`.
+    /// it is (or too few nodes answered to tell), else why not, naming `cluster init`: a
+    /// majority answered and none holds a marker (blank nodes, or nodes that all lost their
+    /// data). Fewer than a majority marked (a set-up cut short, a majority lost) is left to
+    /// the repair, whose deferral says why.
     pub fn set_up_problem(&self) -> Option<String> {
-        self.not_set_up()
-    }
-
-    /// Why no cluster can be worked in on these nodes: a majority answered and none holds a
-    /// marker (blank nodes, or nodes that all lost their data). Fewer than a majority marked
-    /// (a set-up cut short, a majority lost) is left to the repair, whose deferral says why.
-    pub(crate) fn not_set_up(&self) -> Option<String> {
         if !self.inner.config.amnesia_protection || self.inner.config.implicit_set_up {
             return None;
         }

@@ -73,7 +73,8 @@ impl Client {
         } else {
             0
         };
-        let census = self.census().await;
+        // The descriptors as they are now (the marks wrote some): read again only if it marked.
+        let census = if created { self.census().await } else { census };
         let stored: Vec<(usize, String)> = census
             .iter()
             .filter_map(|c| Some((c.node, c.descriptor.clone()?)))

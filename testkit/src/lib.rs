@@ -256,6 +256,20 @@ impl Cluster {
         self.nodes.is_empty()
     }
 
+    /// How many keys each node holds (DBSIZE, straight from each server), in index order.
+    pub async fn key_counts(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let mut c = node.direct_connection().await;
+            let n: u64 = redis::cmd("DBSIZE")
+                .query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("node {}: DBSIZE failed: {e}", node.index()));
+            out.push(n);
+        }
+        out
+    }
+
     /// Heals every node's proxy and sets every latency back to zero.
     pub fn heal_all(&self) {
         for node in &self.nodes {
