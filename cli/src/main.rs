@@ -19,6 +19,7 @@ mod election;
 mod job;
 mod metrics;
 mod record;
+mod serve;
 
 use election::ElectionCommand;
 use metrics::MetricsArgs;
@@ -174,6 +175,10 @@ enum Command {
     /// Periodic jobs: run a command once per period across hosts (cron on every host).
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Serve the API over HTTP (JSON, NDJSON streams) for services in any language: IDs,
+    /// leases, elections, periodic jobs, peer indexing and pools, health and metrics. Prints
+    /// `listening on URL` once it listens; stops on SIGINT/SIGTERM, ending every session.
+    Serve(serve::ServeArgs),
     /// Print a shell completion script, e.g. `redquorum completions bash >
     /// /etc/bash_completion.d/redquorum`.
     Completions {
@@ -677,6 +682,7 @@ fn precheck(command: &Command) -> Result<(), Failure> {
             }
         }
         Command::Job(j) => job::precheck(j)?,
+        Command::Serve(args) => serve::precheck(args).map_err(Failure)?,
         Command::Ping | Command::Cluster(_) | Command::Completions { .. } => {}
     }
     Ok(())
@@ -891,6 +897,7 @@ async fn run(mut cli: Cli, nodes_from_env: bool) -> Result<ExitCode, Failure> {
         Command::Acl { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
         Command::Election(command) => Ok(election::run(&client, command, format).await?),
         Command::Job(command) => job::run(&client, command).await,
+        Command::Serve(args) => serve::run(client.clone(), args).await.map_err(Failure),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS), // handled before connecting
         Command::Lock(LockCommand::Holder { name, watch }) => {
             let holder = redquorum::Lock::new(&client, &name, Duration::from_secs(10))?

@@ -1,0 +1,272 @@
+//! Peer indexing and pools as sessions.
+//!
+//! - `POST /v1/groups/{group}/join?id&interval&session&keepalive`: a member of a peer-indexing
+//!   group; its events are `assignment` (`index`, `replicas`, `token`, `state` prepare/active,
+//!   or `null` when it owns nothing) and `drain`.
+//! - `POST /v1/pools/{pool}/join?id&weight&interval&grace&session&keepalive`: a member of a
+//!   pool's work distribution; its assignments carry `units`.
+//!
+//! A `drain` event (`{"event": "drain", "drain": N, "gives_up": [...]}`) asks the caller to
+//! stop the work it gives up and then call `POST /v1/sessions/{id}/drained?drain=N`; the new
+//! view becomes active once every old member drained or its drain timeout (the interval)
+//! passed. A caller that acknowledges without stopping breaks only its own exclusivity: the
+//! token of each assignment is what fences its writes. The member leaves when the session
+//! ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::response::Response;
+use futures_util::FutureExt;
+use redquorum::{Assignment, Drain, DrainHook, GroupOptions, Member, PoolMember, PoolOptions};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::api::{checked_name, ms, ok, stream, ApiError, Query};
+use super::session::{ms_left, Control, Liveness, Opened};
+use super::Shared;
+
+/// A drain the library asked for, on its way to the caller.
+struct DrainAsk {
+    gives_up: Value,
+    done: oneshot::Sender<()>,
+}
+
+/// A drain hook that asks the session's task, which asks the caller.
+fn hook(tx: mpsc::Sender<DrainAsk>, pool: bool) -> DrainHook {
+    Arc::new(move |drain: Drain| {
+        let tx = tx.clone();
+        async move {
+            let gives_up = if pool {
+                json!(drain.units_given_up())
+            } else {
+                // A group's tasks are the caller's own numbers: it applies `gives_up` itself
+                // from the two assignments.
+                json!({"from": assignment_json(Some(&drain.from)), "keeps": assignment_json(drain.keeps.as_ref())})
+            };
+            let (done, acked) = oneshot::channel();
+            if tx.send(DrainAsk { gives_up, done }).await.is_ok() {
+                // The library bounds the hook by the drain timeout.
+                let _ = acked.await;
+            }
+        }
+        .boxed()
+    })
+}
+
+/// An assignment as JSON (`null` for none).
+fn assignment_json(a: Option<&Assignment>) -> Value {
+    let Some(a) = a else { return Value::Null };
+    let mut v = json!({
+        "index": a.index,
+        "replicas": a.replicas,
+        "token": a.token.get(),
+        "state": match a.state {
+            redquorum::ViewState::Prepare => "prepare",
+            redquorum::ViewState::Active => "active",
+        },
+        "valid_for_ms": ms_left(a.valid_until),
+    });
+    if let Some(units) = a.units() {
+        v["units"] = json!(units);
+    }
+    v
+}
+
+/// What a member session's task watches and ends.
+enum Joined {
+    Group(Member),
+    Pool(PoolMember),
+}
+
+impl Joined {
+    fn changes(&self) -> watch::Receiver<Option<Assignment>> {
+        match self {
+            Joined::Group(m) => m.changes(),
+            Joined::Pool(m) => m.changes(),
+        }
+    }
+
+    async fn leave(self) {
+        match self {
+            Joined::Group(m) => m.leave().await,
+            Joined::Pool(m) => m.leave().await,
+        }
+    }
+}
+
+/// Serve one member session until it ends (the member then leaves).
+async fn drive(
+    shared: Arc<Shared>,
+    opened: Opened,
+    joined: Joined,
+    mut asks: mpsc::Receiver<DrainAsk>,
+    first: Value,
+) {
+    let Opened {
+        session,
+        mut control,
+        events,
+        ..
+    } = opened;
+    events.send(&session, first).await;
+    let mut changes = joined.changes();
+    let mut last: Option<Value> = None;
+    let mut drains: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+    let mut next_drain = 1u64;
+    loop {
+        // An assignment event when what it gives changed (not its validity alone).
+        let now = assignment_json(changes.borrow_and_update().as_ref());
+        let mut key = now.clone();
+        if let Some(o) = key.as_object_mut() {
+            o.remove("valid_for_ms");
+        }
+        if last.as_ref() != Some(&key) {
+            events
+                .send(&session, json!({"event": "assignment", "assignment": now}))
+                .await;
+            last = Some(key);
+        }
+        tokio::select! {
+            biased;
+            () = session.ended() => break,
+            changed = changes.changed() => if changed.is_err() { break },
+            Some(ask) = asks.recv() => {
+                let n = next_drain;
+                next_drain += 1;
+                drains.retain(|_, done| !done.is_closed());
+                drains.insert(n, ask.done);
+                events.send(&session, json!({"event": "drain", "drain": n, "gives_up": ask.gives_up})).await;
+            }
+            Some(c) = control.recv() => match c {
+                Control::Release(reply) => {
+                    joined.leave().await;
+                    let event = json!({"event": "left"});
+                    events.send(&session, event.clone()).await;
+                    let _ = reply.send(Ok(event));
+                    shared.sessions.remove(&session.id);
+                    return;
+                }
+                Control::Drained(n, reply) => {
+                    let answer = match drains.remove(&n) {
+                        Some(done) => {
+                            let _ = done.send(());
+                            Ok(json!({"drain": n, "acknowledged": true}))
+                        }
+                        None => Err(ApiError::invalid("drain", format!(
+                            "no drain {n} is waiting (acknowledged already, timed out, or never asked)"
+                        ))),
+                    };
+                    let _ = reply.send(answer);
+                }
+                Control::Complete(reply) => {
+                    let _ = reply.send(Err(ApiError::not_supported(format!(
+                        "a {} session cannot be completed (only a periodic job's run can)",
+                        session.kind
+                    ))));
+                }
+            },
+        }
+    }
+    joined.leave().await;
+    shared.sessions.remove(&session.id);
+}
+
+/// Start the member session's task and answer.
+fn start(
+    shared: &Arc<Shared>,
+    mut opened: Opened,
+    joined: Joined,
+    asks: mpsc::Receiver<DrainAsk>,
+    first: Value,
+) -> Response {
+    let body = opened.stream.take();
+    tokio::spawn(drive(shared.clone(), opened, joined, asks, first.clone()));
+    match body {
+        Some(s) => stream(s),
+        None => ok(first),
+    }
+}
+
+/// The interval parameter (the library's 100 ms ..= 1 h).
+fn interval(q: &Query) -> Result<Duration, ApiError> {
+    q.duration(
+        "interval",
+        Duration::from_secs(2),
+        Duration::from_millis(100)..=Duration::from_secs(3600),
+    )
+}
+
+/// `POST /v1/groups/{group}/join`.
+pub(crate) async fn join_group(
+    State(shared): State<Arc<Shared>>,
+    Path(group): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let q = Query::parse(
+        query.as_deref(),
+        &["id", "interval", "session", "keepalive"],
+    )?;
+    let group = checked_name("group", &group)?;
+    let id = q
+        .name("id")?
+        .ok_or_else(|| ApiError::invalid("id", "id is required (this member's ID in the group)"))?;
+    let interval = interval(&q)?;
+    let liveness = q.liveness()?;
+    let (tx, asks) = mpsc::channel(4);
+    let opts = GroupOptions::default()
+        .with_interval(interval)
+        .with_drain(interval, hook(tx, false));
+    let opened = shared.sessions.open("group member", &group, liveness)?;
+    let member = match Member::join(&shared.client, &group, &id, opts).await {
+        Ok(m) => m,
+        Err(e) => {
+            shared.sessions.remove(&opened.session.id);
+            return Err(ApiError::from_lib(e, Some("id")));
+        }
+    };
+    let first = json!({"event": "joined", "session": opened.session.id, "group": group, "id": id, "interval_ms": ms(interval)});
+    Ok(start(&shared, opened, Joined::Group(member), asks, first))
+}
+
+/// `POST /v1/pools/{pool}/join`.
+pub(crate) async fn join_pool(
+    State(shared): State<Arc<Shared>>,
+    Path(pool): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let q = Query::parse(
+        query.as_deref(),
+        &["id", "weight", "interval", "grace", "session", "keepalive"],
+    )?;
+    let pool = checked_name("pool", &pool)?;
+    let id = q
+        .name("id")?
+        .ok_or_else(|| ApiError::invalid("id", "id is required (this member's ID in the pool)"))?;
+    let weight = q.number("weight", 1, 0..=u64::from(redquorum::MAX_WEIGHT))?;
+    let interval = interval(&q)?;
+    let grace = q.duration(
+        "grace",
+        Duration::ZERO,
+        Duration::ZERO..=Duration::from_secs(3600),
+    )?;
+    let liveness: Liveness = q.liveness()?;
+    let (tx, asks) = mpsc::channel(4);
+    let opts = PoolOptions::default()
+        .with_interval(interval)
+        .with_weight(u32::try_from(weight).unwrap_or(redquorum::MAX_WEIGHT))
+        .with_restart_grace(grace)
+        .with_drain(interval, hook(tx, true));
+    let opened = shared.sessions.open("pool member", &pool, liveness)?;
+    let member = match PoolMember::join(&shared.client, &pool, &id, opts).await {
+        Ok(m) => m,
+        Err(e) => {
+            shared.sessions.remove(&opened.session.id);
+            return Err(ApiError::from_lib(e, Some("id")));
+        }
+    };
+    let first = json!({"event": "joined", "session": opened.session.id, "pool": pool, "id": id, "weight": weight, "interval_ms": ms(interval)});
+    Ok(start(&shared, opened, Joined::Pool(member), asks, first))
+}

@@ -1,0 +1,361 @@
+//! Sessions: what `serve` holds for a remote caller (a lease, a leadership, a period's run, a
+//! group or pool membership), and how long it holds it.
+//!
+//! A session lives while its caller shows it is alive, in one of two ways the caller picks:
+//! - **stream** (the default): the response to the request that opened the session is an
+//!   NDJSON stream of its events; the session ends when that stream ends, and the server ends
+//!   the stream's body when the caller's connection closes (a dropped body ends the session
+//!   at once: [`EndOnDrop`]);
+//! - **keepalive**: the response is one JSON object; the caller must call
+//!   `POST /v1/sessions/{id}/keepalive` within `keepalive` of the last call, or the session
+//!   ends.
+//!
+//! Every session is driven by one task (in the module of its kind) that owns the library's
+//! handle: the only place the handle is released, resigned, completed or left. The task
+//! serves the session's control requests ([`Control`]) and ends when the session ends
+//! ([`Session::ended`]: the caller is gone, released, or the server shuts down), removing the
+//! session from the registry.
+//!
+//! Across the process boundary the events (a loss above all) are advice: the caller learns of
+//! a loss only as fast as the stream carries it, and not at all while partitioned from the
+//! server. The fencing token the caller passes with every write is what keeps its resource
+//! safe.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::api::ApiError;
+
+/// How the caller keeps its session alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// While the response stream is open.
+    Stream,
+    /// While keep-alives arrive within this long of each other.
+    Keepalive(Duration),
+}
+
+/// A request to a session's task, with the channel its answer goes back on.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// Release the lease (resign, abandon the period, leave the group): the answer says
+    /// whether a majority applied the release.
+    Release(oneshot::Sender<Result<Value, ApiError>>),
+    /// Record the period as done (periodic jobs only).
+    Complete(oneshot::Sender<Result<Value, ApiError>>),
+    /// The caller stopped the work a drain asked it to stop (group and pool members only).
+    Drained(u64, oneshot::Sender<Result<Value, ApiError>>),
+}
+
+/// One session, as the registry holds it.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) id: String,
+    /// What it holds: "lock", "leadership", "period", "group member", "pool member".
+    pub(crate) kind: &'static str,
+    /// The lock's, election's, job's, group's or pool's name.
+    pub(crate) name: String,
+    pub(crate) liveness: Liveness,
+    end: CancellationToken,
+    control: mpsc::Sender<Control>,
+    /// The last state the session's task published (what `GET /v1/sessions/{id}` shows).
+    state: Mutex<Value>,
+    /// The last keep-alive (keepalive sessions).
+    touched: Mutex<Instant>,
+    /// Wakes the task when a keep-alive moved the deadline.
+    pub(crate) touch: tokio::sync::Notify,
+}
+
+impl Session {
+    /// Resolves when the session must end: its stream was dropped, a keep-alive was missed,
+    /// it was released, or the server shuts down.
+    pub(crate) async fn ended(&self) {
+        loop {
+            match self.liveness {
+                Liveness::Stream => return self.end.cancelled().await,
+                Liveness::Keepalive(every) => {
+                    let deadline = self.touched() + every;
+                    tokio::select! {
+                        _ = self.end.cancelled() => return,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            if self.touched() + every <= Instant::now() {
+                                tracing::info!(session = %self.id, kind = self.kind, name = %self.name,
+                                    "serve: no keep-alive within {every:?}: the session ends");
+                                return;
+                            }
+                        }
+                        _ = self.touch.notified() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn touched(&self) -> Instant {
+        *self.touched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A keep-alive: the deadline moves to now plus the session's keep-alive interval.
+    pub(crate) fn keepalive(&self) {
+        *self.touched.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.touch.notify_one();
+    }
+
+    /// Publish the session's state (shown by `GET /v1/sessions/{id}`).
+    pub(crate) fn set_state(&self, state: Value) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    /// The session's description and last state.
+    pub(crate) fn describe(&self) -> Value {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let liveness = match self.liveness {
+            Liveness::Stream => json!({"mode": "stream"}),
+            Liveness::Keepalive(d) => {
+                json!({"mode": "keepalive", "keepalive_ms": d.as_millis() as u64})
+            }
+        };
+        json!({"session": self.id, "kind": self.kind, "name": self.name, "liveness": liveness, "state": state})
+    }
+
+    /// Send a control request to the session's task and wait for its answer.
+    pub(crate) async fn request(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<Value, ApiError>>) -> Control,
+    ) -> Result<Value, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        if self.control.send(make(tx)).await.is_err() {
+            return Err(ApiError::gone(&self.id));
+        }
+        rx.await.unwrap_or_else(|_| Err(ApiError::gone(&self.id)))
+    }
+}
+
+/// The sessions of one server, and its limits on sessions and streams.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+    max_sessions: usize,
+    max_streams: usize,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+    /// Cancelled at shutdown: every session ends, every stream closes.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// A new session's parts for its task: the session, its control requests, its events.
+pub(crate) struct Opened {
+    pub(crate) session: Arc<Session>,
+    pub(crate) control: mpsc::Receiver<Control>,
+    pub(crate) events: Events,
+    /// The response stream (stream sessions), to return once the first event is queued.
+    pub(crate) stream: Option<EventStream>,
+}
+
+impl Sessions {
+    pub(crate) fn new(max_sessions: usize, max_streams: usize) -> Sessions {
+        Sessions {
+            map: Mutex::new(HashMap::new()),
+            max_sessions,
+            max_streams,
+            streams: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a session may be opened now (checked before anything is acquired, and again
+    /// when it is registered).
+    pub(crate) fn admit(&self, liveness: Liveness) -> Result<(), ApiError> {
+        if self.shutdown.is_cancelled() {
+            return Err(ApiError::shutting_down());
+        }
+        if self.map().len() >= self.max_sessions {
+            return Err(ApiError::limit("sessions", self.max_sessions));
+        }
+        if liveness == Liveness::Stream {
+            self.admit_stream()?;
+        }
+        Ok(())
+    }
+
+    /// Whether one more stream may be opened now.
+    pub(crate) fn admit_stream(&self) -> Result<(), ApiError> {
+        if self.streams.load(std::sync::atomic::Ordering::Relaxed) >= self.max_streams {
+            return Err(ApiError::limit("streams", self.max_streams));
+        }
+        Ok(())
+    }
+
+    /// Register a session of `kind` on `name`.
+    pub(crate) fn open(
+        &self,
+        kind: &'static str,
+        name: &str,
+        liveness: Liveness,
+    ) -> Result<Opened, ApiError> {
+        self.admit(liveness)?;
+        let id = new_session_id()?;
+        let (control_tx, control) = mpsc::channel(8);
+        let session = Arc::new(Session {
+            id: id.clone(),
+            kind,
+            name: name.to_owned(),
+            liveness,
+            end: self.shutdown.child_token(),
+            control: control_tx,
+            state: Mutex::new(Value::Null),
+            touched: Mutex::new(Instant::now()),
+            touch: tokio::sync::Notify::new(),
+        });
+        let (events, stream) = match liveness {
+            Liveness::Stream => {
+                let (tx, rx) = mpsc::channel(64);
+                let stream = self.stream(rx, Some(session.end.clone()));
+                (Events(Some(tx)), Some(stream))
+            }
+            Liveness::Keepalive(_) => (Events(None), None),
+        };
+        self.map().insert(id, session.clone());
+        crate::serve::metrics_sessions(self.map().len());
+        Ok(Opened {
+            session,
+            control,
+            events,
+            stream,
+        })
+    }
+
+    /// A stream of `rx`'s events (an observer's, or a session's with `end` cancelled when the
+    /// stream is dropped). Counted against the stream limit while it lives.
+    pub(crate) fn stream(
+        &self,
+        rx: mpsc::Receiver<Value>,
+        end: Option<CancellationToken>,
+    ) -> EventStream {
+        self.streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        EventStream {
+            rx,
+            _guard: EndOnDrop {
+                end,
+                streams: self.streams.clone(),
+            },
+        }
+    }
+
+    /// The session `id`.
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        self.map()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::gone(id))
+    }
+
+    /// Forget the session `id` (its task ended).
+    pub(crate) fn remove(&self, id: &str) {
+        let left = {
+            let mut map = self.map();
+            map.remove(id);
+            map.len()
+        };
+        crate::serve::metrics_sessions(left);
+    }
+
+    /// Sessions open now.
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// A session ID: 128 random bits from the OS, in hex (whoever knows it can release the
+/// session, so it is never guessable).
+fn new_session_id() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| ApiError::internal(format!("no randomness for a session ID: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Where a session's task sends its events: the response stream, or nowhere (keepalive
+/// sessions, or a stream whose caller is gone).
+#[derive(Debug)]
+pub(crate) struct Events(Option<mpsc::Sender<Value>>);
+
+impl Events {
+    /// An event that must arrive (the first, a loss, the end): waits while the stream is full,
+    /// unless `session` ends meanwhile.
+    pub(crate) async fn send(&self, session: &Session, event: Value) {
+        session.set_state(event.clone());
+        if let Some(tx) = &self.0 {
+            tokio::select! {
+                _ = tx.send(event) => {}
+                _ = session.end.cancelled() => {}
+            }
+        }
+    }
+
+    /// A periodic event (remaining validity): dropped when the stream is full.
+    pub(crate) fn tick(&self, session: &Session, event: Value) {
+        session.set_state(event.clone());
+        if let Some(tx) = &self.0 {
+            let _ = tx.try_send(event);
+        }
+    }
+}
+
+/// The stream body of NDJSON events; its drop ends the session it belongs to.
+#[derive(Debug)]
+pub(crate) struct EventStream {
+    rx: mpsc::Receiver<Value>,
+    _guard: EndOnDrop,
+}
+
+impl EventStream {
+    /// The response body: one JSON object per line, flushed as it comes.
+    pub(crate) fn into_body(self) -> Body {
+        let stream = futures_util::stream::unfold(self, |mut s| async move {
+            let event = s.rx.recv().await?;
+            let mut line = event.to_string().into_bytes();
+            line.push(b'\n');
+            Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), s))
+        });
+        Body::from_stream(stream)
+    }
+}
+
+/// Ends a session when its stream is dropped (the caller's connection closed, or the stream
+/// ended), and counts the stream out.
+#[derive(Debug)]
+struct EndOnDrop {
+    end: Option<CancellationToken>,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        if let Some(end) = &self.end {
+            end.cancel();
+        }
+        self.streams
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Milliseconds left until `until` (0 once passed).
+pub(crate) fn ms_left(until: Instant) -> u64 {
+    until
+        .saturating_duration_since(Instant::now())
+        .as_millis()
+        .try_into()
+        .unwrap_or(u64::MAX)
+}

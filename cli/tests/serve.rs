@@ -1,0 +1,792 @@
+//! `redquorum serve` against real nodes, as callers in other languages use it: IDs through two
+//! servers, leases as sessions that end with the caller's connection, a frozen or killed
+//! server whose leases are taken over only after their TTL and whose callers' late writes the
+//! fencing token rejects, periods run once, elections, groups, bad input, and the bearer token.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use redquorum_testkit::LocalNodes;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+/// Three nodes with a cluster set up on them.
+async fn cluster() -> (LocalNodes, String) {
+    let nodes = tokio::task::spawn_blocking(|| LocalNodes::start(3))
+        .await
+        .unwrap();
+    let list = nodes.urls().join(",");
+    let init = Command::new(BIN)
+        .args(["--nodes", &list, "cluster", "init"])
+        .env_remove("REDQUORUM_NODES")
+        .output()
+        .await
+        .unwrap();
+    assert!(init.status.success(), "cluster init: {init:?}");
+    (nodes, list)
+}
+
+/// A `redquorum serve` process and its base URL.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    /// Start `serve` on a free loopback port with `extra` options; wait for its
+    /// `listening on` line.
+    async fn start(nodes: &str, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .args(["--nodes", nodes, "serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("REDQUORUM_NODES")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("serve prints `listening on` within 20 s")
+            .unwrap()
+            .expect("serve printed a line");
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("serve's first line is {line:?}"))
+            .to_string();
+        Server { child, url }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id().unwrap() as i32
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} of the server");
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+async fn post_json(url: &str) -> (u16, Value) {
+    let r = http().post(url).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let r = http().get(url).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// An open NDJSON stream: its events one by one.
+struct Events {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Events {
+    /// POST `url`, expecting a stream; panics with the error body otherwise.
+    async fn open(url: &str) -> Events {
+        let response = http().post(url).send().await.unwrap();
+        if response.status() != 200 {
+            let status = response.status();
+            panic!(
+                "{url}: {status} {}",
+                response.text().await.unwrap_or_default()
+            );
+        }
+        Events {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next event, within `within`.
+    async fn next(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=at).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
+                Ok(Ok(None)) | Ok(Err(_)) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Events until one named `event` (panics after `within`).
+    async fn until(&mut self, event: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        while let Some(e) = self
+            .next(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
+            if e["event"] == event {
+                return e;
+            }
+        }
+        panic!("no {event:?} event within {within:?}");
+    }
+}
+
+/// A resource node the callers write to with their fencing tokens (a plain Redis server).
+struct Resource {
+    nodes: LocalNodes,
+}
+
+impl Resource {
+    async fn start() -> Resource {
+        let nodes = tokio::task::spawn_blocking(|| LocalNodes::start(1))
+            .await
+            .unwrap();
+        Resource { nodes }
+    }
+
+    async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.nodes.url(0))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// `value` written with `token` through the fenced-set script: whether it was accepted.
+    async fn fenced_write(&self, token: u64, value: &str) -> bool {
+        let mut c = self.connection().await;
+        let reply: Vec<i64> = redis::Script::new(redquorum::FENCED_SET_LUA)
+            .key("resource")
+            .key("resource:fence")
+            .arg(token)
+            .arg(value)
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+        reply[0] == 1
+    }
+
+    /// `value` written with a plain SET (no fencing): the protection switched off.
+    async fn unfenced_write(&self, value: &str) {
+        let mut c = self.connection().await;
+        let _: () = redis::cmd("SET")
+            .arg("resource")
+            .arg(value)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+
+    async fn value(&self) -> Option<String> {
+        let mut c = self.connection().await;
+        redis::cmd("GET")
+            .arg("resource")
+            .query_async(&mut c)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn ids_through_two_servers_are_unique_and_in_real_time_order() {
+    let (_nodes, list) = cluster().await;
+    let (a, b) = (
+        Server::start(&list, &[]).await,
+        Server::start(&list, &[]).await,
+    );
+
+    // One caller alternating between the servers: every ID above the one before it.
+    let mut last = 0;
+    for i in 0..20 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let (status, body) = post_json(&format!("{}/v1/ids/orders", server.url)).await;
+        assert_eq!(status, 200, "{body}");
+        let id = body["ids"][0].as_u64().unwrap();
+        assert!(
+            id > last,
+            "call {i}: ID {id} is not above the previous call's {last}"
+        );
+        last = id;
+    }
+
+    // 64 concurrent callers over both servers, blocks of 3: all distinct.
+    let calls = (0..64).map(|i| {
+        let url = format!(
+            "{}/v1/ids/orders?count=3",
+            if i % 2 == 0 { &a.url } else { &b.url }
+        );
+        async move { post_json(&url).await }
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    for (status, body) in futures_util::future::join_all(calls).await {
+        assert_eq!(status, 200, "{body}");
+        let ids: Vec<u64> = serde_json::from_value(body["ids"].clone()).unwrap();
+        assert_eq!(ids.len(), 3);
+        assert_eq!(body["first"].as_u64(), Some(ids[0]));
+        for id in ids {
+            assert!(
+                id > last,
+                "a concurrent call returned {id}, not above the earlier {last}"
+            );
+            assert!(seen.insert(id), "ID {id} was returned twice");
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_naming_the_field_and_writes_nothing() {
+    let (nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let before = key_counts(&nodes).await;
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("POST", "/v1/ids/orders?count=0", 400, "count"),
+        ("POST", "/v1/ids/orders?count=10001", 400, "count"),
+        ("POST", "/v1/ids/orders?count=two", 400, "count"),
+        ("POST", "/v1/ids/orders?cuont=2", 400, "query"),
+        ("POST", "/v1/ids/bad%0Aname", 400, "sequence"),
+        (
+            "POST",
+            &format!("/v1/ids/{}", "x".repeat(513)),
+            400,
+            "sequence",
+        ),
+        ("POST", "/v1/locks/nightly/acquire?ttl=0s", 400, "ttl"),
+        ("POST", "/v1/locks/nightly/acquire?ttl=100d", 400, "ttl"),
+        ("POST", "/v1/locks/nightly/acquire?wait=soon", 400, "wait"),
+        (
+            "POST",
+            "/v1/locks/nightly/acquire?session=forever",
+            400,
+            "session",
+        ),
+        (
+            "POST",
+            "/v1/locks/nightly/acquire?keepalive=1s",
+            400,
+            "keepalive",
+        ),
+        (
+            "POST",
+            "/v1/locks/nightly/acquire?holder=%1B%5B31m",
+            400,
+            "holder",
+        ),
+        ("POST", "/v1/locks/nightly/acquire?ttl=%ZZ", 400, "query"),
+        ("POST", "/v1/elections/leader/campaign", 400, "candidate"),
+        ("POST", "/v1/jobs/nightly/periods/%00/begin", 400, "period"),
+        ("POST", "/v1/groups/workers/join", 400, "id"),
+        (
+            "POST",
+            "/v1/groups/workers/join?id=a&interval=1ms",
+            400,
+            "interval",
+        ),
+        ("POST", "/v1/pools/p/join?id=a&weight=10001", 400, "weight"),
+        ("POST", "/v1/sessions/nope/drained", 400, "drain"),
+        ("POST", "/v1/sessions/nope/release", 404, "session"),
+        ("GET", "/v1/ids/orders", 405, ""),
+        ("GET", "/v2/nothing", 404, ""),
+    ];
+    for (method, path, status, field) in cases {
+        let request = match *method {
+            "GET" => http().get(format!("{}{path}", server.url)),
+            _ => http().post(format!("{}{path}", server.url)),
+        };
+        let response = request.send().await.unwrap();
+        let got = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(got, *status, "{method} {path}: {body}");
+        assert!(
+            body["error"]["message"].is_string(),
+            "{method} {path}: no error message in {body}"
+        );
+        if !field.is_empty() {
+            assert_eq!(body["error"]["field"], *field, "{method} {path}: {body}");
+        }
+    }
+    // A body over the limit is refused before any handler runs.
+    let big = http()
+        .post(format!("{}/v1/ids/orders", server.url))
+        .body(vec![b'x'; 100_000])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        big.status().is_client_error(),
+        "a 100 kB body: {}",
+        big.status()
+    );
+    assert_eq!(
+        key_counts(&nodes).await,
+        before,
+        "bad input wrote to the nodes"
+    );
+}
+
+async fn key_counts(nodes: &LocalNodes) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for url in nodes.urls() {
+        let mut c = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        counts.push(redis::cmd("DBSIZE").query_async(&mut c).await.unwrap());
+    }
+    counts
+}
+
+#[tokio::test]
+async fn a_lease_lives_with_its_stream_and_is_released_when_the_caller_disconnects() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let acquire = format!("{}/v1/locks/report/acquire?ttl=2s", server.url);
+
+    // The first caller holds the lease: its stream starts with the token, then `held`.
+    let mut first = Events::open(&acquire).await;
+    let acquired = first.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    let token = acquired["token"].as_u64().unwrap();
+    let held = first.until("held", Duration::from_secs(3)).await;
+    assert!(held["valid_for_ms"].as_u64().unwrap() > 0, "{held}");
+
+    // A one-shot caller sees the live holder (it extends) and gets 409.
+    let (status, body) = post_json(&acquire).await;
+    assert_eq!(status, 409, "a second caller got the held lease: {body}");
+    assert_eq!(body["error"]["code"], "held");
+
+    // The holder's `holder` reading names the server's holder and its token.
+    let (_, holder) = get_json(&format!("{}/v1/locks/report/holder", server.url)).await;
+    assert_eq!(holder["holder"]["token"].as_u64(), Some(token), "{holder}");
+
+    // The first caller goes away (its connection closes): the lease is released at once, so
+    // the next one-shot caller gets it well within the TTL.
+    drop(first);
+    let gone = Instant::now();
+    let mut second = loop {
+        let response = http().post(&acquire).send().await.unwrap();
+        if response.status() == 200 {
+            break Events {
+                response,
+                buffer: Vec::new(),
+            };
+        }
+        assert!(
+            gone.elapsed() < Duration::from_millis(1500),
+            "the lease was not released when its caller disconnected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let next = second.next(Duration::from_secs(5)).await.unwrap();
+    assert!(next["token"].as_u64().unwrap() > token, "{next}");
+    println!(
+        "the next caller held the lease {:?} after the first disconnected",
+        gone.elapsed()
+    );
+
+    // Release through the session: the stream says so and ends.
+    let session = next["session"].as_str().unwrap();
+    let (status, released) =
+        post_json(&format!("{}/v1/sessions/{session}/release", server.url)).await;
+    assert_eq!(
+        (status, released["released"].as_bool()),
+        (200, Some(true)),
+        "{released}"
+    );
+    assert_eq!(
+        second.until("released", Duration::from_secs(2)).await["released"],
+        true
+    );
+    assert!(
+        second.next(Duration::from_secs(2)).await.is_none(),
+        "the stream did not end"
+    );
+}
+
+#[tokio::test]
+async fn a_keepalive_session_ends_when_its_keepalives_stop() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let acquire = format!(
+        "{}/v1/locks/kept/acquire?ttl=5s&session=keepalive&keepalive=600ms",
+        server.url
+    );
+    let (status, acquired) = post_json(&acquire).await;
+    assert_eq!(status, 200, "{acquired}");
+    let session = acquired["session"].as_str().unwrap().to_string();
+    // Kept alive for 1.5 s (beyond its keep-alive interval): still held.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (status, kept) =
+            post_json(&format!("{}/v1/sessions/{session}/keepalive", server.url)).await;
+        assert_eq!(status, 200, "{kept}");
+    }
+    let (status, _) = post_json(&acquire).await;
+    assert_eq!(status, 409, "the lease of a kept-alive session was taken");
+    // No keep-alive: within 600 ms the session ends and the lease is released (not after the
+    // 5 s TTL).
+    let stopped = Instant::now();
+    loop {
+        let (status, _) = post_json(&acquire).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(3),
+            "the lease outlived its session's keep-alive"
+        );
+    }
+    let (status, _) = get_json(&format!("{}/v1/sessions/{session}", server.url)).await;
+    assert_eq!(status, 404, "the ended session is still listed");
+}
+
+/// A caller holds a lease through server A, which freezes (or dies) past the TTL; another
+/// caller, through server B, gets the lease only after A's TTL, with a higher token, and
+/// writes with it. A's caller, still believing it holds the lease, writes late: with fencing
+/// the resource refuses the write; without, it overwrites the newer holder's value.
+async fn frozen_server_story(kill: bool, fenced: bool) -> Option<String> {
+    let (_nodes, list) = cluster().await;
+    let resource = Resource::start().await;
+    let (a, b) = (
+        Server::start(&list, &[]).await,
+        Server::start(&list, &[]).await,
+    );
+    let ttl = Duration::from_secs(2);
+    let mut old = Events::open(&format!("{}/v1/locks/account/acquire?ttl=2s", a.url)).await;
+    let old_token = old.next(Duration::from_secs(5)).await.unwrap()["token"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        resource
+            .fenced_write(old_token, "old holder, on time")
+            .await
+    );
+
+    if kill {
+        a.signal("KILL");
+    } else {
+        a.signal("STOP");
+    }
+    let cut = Instant::now();
+    let (status, new) = {
+        let mut events = Events::open(&format!(
+            "{}/v1/locks/account/acquire?ttl=2s&wait=20s",
+            b.url
+        ))
+        .await;
+        (200, events.next(Duration::from_secs(5)).await.unwrap())
+    };
+    let waited = cut.elapsed();
+    assert_eq!(status, 200);
+    assert!(
+        waited >= ttl,
+        "the lease was taken over {waited:?} after its server stopped, before its TTL {ttl:?}"
+    );
+    let new_token = new["token"].as_u64().unwrap();
+    assert!(new_token > old_token, "{new}");
+    assert!(resource.fenced_write(new_token, "new holder").await);
+    println!("taken over {waited:?} after the server stopped (TTL {ttl:?})");
+
+    // The old caller, unaware, writes late with its token.
+    if !kill {
+        a.signal("CONT");
+    }
+    if fenced {
+        let accepted = resource.fenced_write(old_token, "old holder, late").await;
+        assert!(
+            !accepted,
+            "the resource accepted a write with the old token {old_token}"
+        );
+    } else {
+        resource.unfenced_write("old holder, late").await;
+    }
+    resource.value().await
+}
+
+#[tokio::test]
+async fn a_frozen_server_loses_its_lease_only_after_the_ttl_and_fencing_rejects_late_writes() {
+    let value = frozen_server_story(false, true).await;
+    assert_eq!(value.as_deref(), Some("new holder"));
+}
+
+#[tokio::test]
+async fn a_killed_server_loses_its_lease_only_after_the_ttl_and_fencing_rejects_late_writes() {
+    let value = frozen_server_story(true, true).await;
+    assert_eq!(value.as_deref(), Some("new holder"));
+}
+
+#[tokio::test]
+async fn without_fencing_the_frozen_servers_late_write_overwrites_the_new_holder() {
+    // The checker's teeth: the same story with plain writes shows the stale overwrite that the
+    // fencing token prevents.
+    let value = frozen_server_story(false, false).await;
+    assert_eq!(
+        value.as_deref(),
+        Some("old holder, late"),
+        "the unfenced story did not show the stale write"
+    );
+}
+
+#[tokio::test]
+async fn a_period_runs_once_across_three_callers() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let begin = format!(
+        "{}/v1/jobs/nightly/periods/2026-11-27/begin?ttl=3s&wait=10s",
+        server.url
+    );
+    let (callers, runs) = (3, std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)));
+    let tasks = (0..callers).map(|_| {
+        let (begin, base, runs) = (begin.clone(), server.url.clone(), runs.clone());
+        tokio::spawn(async move {
+            let mut events = Events::open(&begin).await;
+            let first = events.next(Duration::from_secs(15)).await.unwrap();
+            match first["event"].as_str() {
+                Some("begun") => {
+                    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await; // the work
+                    let session = first["session"].as_str().unwrap();
+                    let (status, done) =
+                        post_json(&format!("{base}/v1/sessions/{session}/complete")).await;
+                    assert_eq!(status, 200, "{done}");
+                    assert_eq!(done["token"], first["token"]);
+                    first["token"].as_u64().unwrap()
+                }
+                Some("done") => first["token"].as_u64().unwrap(),
+                _ => panic!("unexpected first event {first}"),
+            }
+        })
+    });
+    let tokens: Vec<u64> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the period ran more than once"
+    );
+    assert!(
+        tokens.iter().all(|t| *t == tokens[0]),
+        "callers saw different runs: {tokens:?}"
+    );
+    // A late caller finds it done too, without a stream to hold.
+    let (status, done) = post_json(&format!("{begin}&session=keepalive")).await;
+    assert_eq!(
+        (status, &done["event"]),
+        (200, &Value::from("done")),
+        "{done}"
+    );
+}
+
+#[tokio::test]
+async fn an_election_streams_leadership_and_observers_see_it_change() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let mut observer = {
+        let response = http()
+            .get(format!(
+                "{}/v1/elections/primary/observe?interval=100ms",
+                server.url
+            ))
+            .send()
+            .await
+            .unwrap();
+        Events {
+            response,
+            buffer: Vec::new(),
+        }
+    };
+    assert_eq!(
+        observer.next(Duration::from_secs(5)).await.unwrap()["leader"],
+        Value::Null
+    );
+    let mut alice = Events::open(&format!(
+        "{}/v1/elections/primary/campaign?candidate=alice&ttl=2s",
+        server.url
+    ))
+    .await;
+    let elected = alice.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(elected["event"], "elected", "{elected}");
+    let seen = observer.until("leader", Duration::from_secs(5)).await;
+    assert_eq!(seen["leader"]["candidate"], "alice", "{seen}");
+    assert_eq!(seen["leader"]["term"], elected["term"]);
+    let (_, leader) = get_json(&format!("{}/v1/elections/primary/leader", server.url)).await;
+    assert_eq!(leader["leader"]["candidate"], "alice", "{leader}");
+
+    // Bob cannot campaign over a live leader; alice resigns by closing her stream; bob wins.
+    let (status, _) = post_json(&format!(
+        "{}/v1/elections/primary/campaign?candidate=bob&session=keepalive",
+        server.url
+    ))
+    .await;
+    assert_eq!(status, 409);
+    drop(alice);
+    let (status, bob) = post_json(&format!(
+        "{}/v1/elections/primary/campaign?candidate=bob&wait=5s&session=keepalive",
+        server.url
+    ))
+    .await;
+    assert_eq!(status, 200, "{bob}");
+    assert!(bob["term"].as_u64() > elected["term"].as_u64(), "{bob}");
+    loop {
+        let seen = observer.until("leader", Duration::from_secs(5)).await;
+        if seen["leader"]["candidate"] == "bob" {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn group_members_get_dense_indexes_and_a_leaver_hands_its_index_over() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let join = |id: &str| {
+        format!(
+            "{}/v1/groups/workers/join?id={id}&interval=200ms",
+            server.url
+        )
+    };
+    let a = Events::open(&join("a")).await;
+    let b = Events::open(&join("b")).await;
+    let index_of = |e: &Value| {
+        (
+            e["assignment"]["index"].as_u64(),
+            e["assignment"]["replicas"].as_u64(),
+        )
+    };
+    // Both reach an active view of two replicas with distinct indexes.
+    let (a, ea) = wait_active(a, 2).await;
+    let (b, eb) = wait_active(b, 2).await;
+    assert_ne!(
+        index_of(&ea).0,
+        index_of(&eb).0,
+        "two members share an index: {ea} {eb}"
+    );
+    // b leaves (its stream closes): a becomes the only replica.
+    drop(b);
+    let (_a, alone) = wait_active(a, 1).await;
+    assert_eq!(index_of(&alone), (Some(0), Some(1)), "{alone}");
+}
+
+/// Events until an active assignment with `replicas` members; a drain on the way is
+/// acknowledged (the member stops nothing: it has no work).
+async fn wait_active(mut events: Events, replicas: u64) -> (Events, Value) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = events
+            .next(left)
+            .await
+            .unwrap_or_else(|| panic!("no active view of {replicas} replicas"));
+        if e["event"] == "assignment"
+            && e["assignment"]["replicas"] == replicas
+            && e["assignment"]["state"] == "active"
+        {
+            return (events, e);
+        }
+    }
+}
+
+#[tokio::test]
+async fn health_metrics_and_the_openapi_document_are_served() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let (status, health) = get_json(&format!("{}/v1/health", server.url)).await;
+    assert_eq!(
+        (status, &health["healthy"]),
+        (200, &Value::from(true)),
+        "{health}"
+    );
+    let _ = post_json(&format!("{}/v1/ids/x", server.url)).await;
+    let metrics = http()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("redquorum_serve_requests_total"),
+        "{metrics}"
+    );
+    let (status, doc) = get_json(&format!("{}/v1/openapi.json", server.url)).await;
+    assert_eq!(status, 200);
+    assert!(doc["paths"]["/v1/ids/{sequence}"]["post"].is_object());
+}
+
+#[tokio::test]
+async fn an_exposed_address_needs_a_token_and_requests_without_it_are_refused() {
+    let (_nodes, list) = cluster().await;
+    // 0.0.0.0 without --token-file: refused before any node is contacted.
+    let refused = Command::new(BIN)
+        .args(["--nodes", &list, "serve", "--listen", "0.0.0.0:0"])
+        .env_remove("REDQUORUM_NODES")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--token-file"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token-0123456789\n").unwrap();
+    let server = Server::start(&list, &["--token-file", token_file.to_str().unwrap()]).await;
+    let url = format!("{}/v1/ids/orders", server.url);
+    let anonymous = http().post(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let wrong = http()
+        .post(&url)
+        .bearer_auth("s3cret-token-0123456780")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let right = http()
+        .post(&url)
+        .bearer_auth("s3cret-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+}
+
+#[tokio::test]
+async fn sigterm_ends_every_session_and_releases_its_lease() {
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let other = Server::start(&list, &[]).await;
+    let mut held = Events::open(&format!("{}/v1/locks/shutdown/acquire?ttl=10s", server.url)).await;
+    held.next(Duration::from_secs(5)).await.unwrap();
+    server.signal("TERM");
+    // The stream ends with the release, and the lease is free at once (not after 10 s).
+    let released = held.until("released", Duration::from_secs(5)).await;
+    assert_eq!(released["released"], true, "{released}");
+    let (status, body) = post_json(&format!(
+        "{}/v1/locks/shutdown/acquire?session=keepalive",
+        other.url
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
