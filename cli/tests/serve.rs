@@ -790,3 +790,33 @@ async fn sigterm_ends_every_session_and_releases_its_lease() {
     .await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn the_python_client_mints_ids_runs_a_period_once_and_fences_a_late_write() {
+    let (_nodes, list) = cluster().await;
+    let resource = Resource::start().await;
+    let (a, b) = (
+        Server::start(&list, &[]).await,
+        Server::start(&list, &[]).await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fenced_set.lua");
+    std::fs::write(&script, redquorum::FENCED_SET_LUA).unwrap();
+    let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python");
+    let out = Command::new("python3")
+        .args(["-m", "unittest", "-v", "test_redquorum"])
+        .current_dir(clients)
+        .env("REDQUORUM_SERVE_URLS", format!("{},{}", a.url, b.url))
+        .env("REDQUORUM_RESOURCE", resource.nodes.addr(0).to_string())
+        .env("REDQUORUM_FENCED_SET_LUA", &script)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .await
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python client's tests failed:\n{stderr}"
+    );
+    assert!(stderr.contains("Ran 4 tests"), "{stderr}");
+}
