@@ -820,3 +820,92 @@ async fn the_python_client_mints_ids_runs_a_period_once_and_fences_a_late_write(
     );
     assert!(stderr.contains("Ran 4 tests"), "{stderr}");
 }
+
+/// `python3 -c CODE` with the Python client importable; its stdout.
+async fn python(code: &str) -> String {
+    let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python");
+    let out = Command::new("python3")
+        .args(["-c", code])
+        .current_dir(clients)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .await
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python3 -c {code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn serve_speaks_tls_a_unix_socket_and_http2() {
+    let (_nodes, list) = cluster().await;
+    // HTTPS with the operator's certificate: a client trusting its CA mints IDs.
+    let pki = tokio::task::spawn_blocking(redquorum_testkit::secure::Pki::generate)
+        .await
+        .unwrap();
+    let tls = Server::start(
+        &list,
+        &[
+            "--tls-cert",
+            pki.server.cert.to_str().unwrap(),
+            "--tls-key",
+            pki.server.key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(tls.url.starts_with("https://"), "{}", tls.url);
+    let code = format!(
+        "import redquorum; print(redquorum.Client({:?}, cafile={:?}).next_ids('tls', count=2))",
+        tls.url,
+        pki.ca.to_str().unwrap()
+    );
+    assert!(python(&code).await.starts_with('['));
+
+    // A Unix socket: no port, the file's permissions decide who calls.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rq.sock");
+    let mut unix = Command::new(BIN)
+        .args([
+            "--nodes",
+            &list,
+            "serve",
+            "--listen",
+            &format!("unix:{}", socket.display()),
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(unix.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, format!("listening on unix:{}", socket.display()));
+    let code = format!(
+        "import redquorum; print(redquorum.Client('unix:{}').next_id('unix'))",
+        socket.display()
+    );
+    assert!(python(&code).await.parse::<u64>().is_ok());
+
+    // HTTP/2 (cleartext, prior knowledge): 64 concurrent calls over one connection.
+    let server = Server::start(&list, &[]).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let calls = (0..64).map(|_| {
+        let (h2, url) = (h2.clone(), format!("{}/v1/ids/h2", server.url));
+        async move {
+            let r = h2.post(url).send().await.unwrap();
+            assert_eq!(r.version(), reqwest::Version::HTTP_2);
+            assert_eq!(r.status(), 200);
+        }
+    });
+    futures_util::future::join_all(calls).await;
+}

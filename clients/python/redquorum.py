@@ -23,6 +23,8 @@ the resource is what keeps it safe.
 
 import http.client
 import json
+import socket
+import ssl
 import threading
 import urllib.parse
 
@@ -42,21 +44,43 @@ class Error(Exception):
             status, self.code, ", field " + self.field if self.field else "", self.message))
 
 
-class Client:
-    """The server at `base_url` (http:// or https://)."""
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (`serve --listen unix:PATH`)."""
 
-    def __init__(self, base_url, token=None, timeout=60.0):
-        url = urllib.parse.urlsplit(base_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError("base_url must be http://HOST:PORT or https://HOST:PORT, got %r" % base_url)
-        self._scheme, self._host, self._port = url.scheme, url.hostname, url.port
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class Client:
+    """The server at `base_url`: http://HOST:PORT, https://HOST:PORT (`cafile`: the CA that
+    signed the server's certificate, else the system's) or unix:PATH."""
+
+    def __init__(self, base_url, token=None, timeout=60.0, cafile=None):
+        if base_url.startswith("unix:"):
+            self._scheme, self._socket = "unix", base_url[len("unix:"):]
+        else:
+            url = urllib.parse.urlsplit(base_url)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("base_url must be http://HOST:PORT, https://HOST:PORT or unix:PATH, got %r" % base_url)
+            self._scheme, self._host, self._port = url.scheme, url.hostname, url.port
+        self._context = ssl.create_default_context(cafile=cafile) if self._scheme == "https" else None
         self._token, self._timeout = token, timeout
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _connection(self, timeout=None):
-        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=timeout or self._timeout)
+        timeout = timeout or self._timeout
+        if self._scheme == "unix":
+            return _UnixConnection(self._socket, timeout)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _headers(self):
         headers = {"Accept": "application/json, application/x-ndjson"}
