@@ -501,6 +501,9 @@ async fn frozen_server_story(kill: bool, fenced: bool) -> Option<String> {
         "the lease was taken over {waited:?} after its server stopped, before its TTL {ttl:?}"
     );
     let new_token = new["token"].as_u64().unwrap();
+    // The other server kept serving meanwhile.
+    let (status, ids) = post_json(&format!("{}/v1/ids/after-the-fault", b.url)).await;
+    assert_eq!(status, 200, "the second server stopped serving: {ids}");
     assert!(new_token > old_token, "{new}");
     assert!(resource.fenced_write(new_token, "new holder").await);
     println!("taken over {waited:?} after the server stopped (TTL {ttl:?})");

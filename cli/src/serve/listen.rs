@@ -88,6 +88,21 @@ pub(crate) fn authorized(header: Option<&[u8]>, token: &[u8]) -> bool {
             == 0
 }
 
+/// A caller's TCP connection tuned for sessions: no Nagle delay; keep-alive probes after 10 s
+/// of silence (every 5 s, 3 of them) and a 20 s bound on unacknowledged data, so a caller
+/// whose host vanished without closing its connection ends its sessions within about 25 s
+/// instead of the kernel's default of minutes to hours.
+pub(crate) fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let socket = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    let _ = socket.set_tcp_keepalive(&keepalive);
+    let _ = socket.set_tcp_user_timeout(Some(Duration::from_secs(20)));
+}
+
 /// The server's TLS settings from `--tls-cert` and `--tls-key` (PEM).
 pub(crate) fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls_pki_types::pem::PemObject;
@@ -139,7 +154,7 @@ impl TlsListener {
                         continue;
                     }
                 };
-                let _ = socket.set_nodelay(true);
+                tune(&socket);
                 let (acceptor, sender) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let handshake =

@@ -410,9 +410,7 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
                 axum::serve(tls, app).with_graceful_shutdown(shutdown).await
             } else {
                 announce(&format!("http://{local}"));
-                let tcp = axum::serve::ListenerExt::tap_io(tcp, |s| {
-                    let _ = s.set_nodelay(true);
-                });
+                let tcp = axum::serve::ListenerExt::tap_io(tcp, |s| listen::tune(s));
                 axum::serve(tcp, app).with_graceful_shutdown(shutdown).await
             }
         }
