@@ -100,6 +100,8 @@ async fn get_json(url: &str) -> (u16, Value) {
 struct Events {
     response: reqwest::Response,
     buffer: Vec<u8>,
+    /// The session the stream's first event named, once read.
+    first_session: Option<String>,
 }
 
 impl Events {
@@ -116,6 +118,7 @@ impl Events {
         Events {
             response,
             buffer: Vec::new(),
+            first_session: None,
         }
     }
 
@@ -125,7 +128,11 @@ impl Events {
         loop {
             if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buffer.drain(..=at).collect();
-                return Some(serde_json::from_slice(&line).unwrap());
+                let event: Value = serde_json::from_slice(&line).unwrap();
+                if let (None, Some(s)) = (&self.first_session, event["session"].as_str()) {
+                    self.first_session = Some(s.to_string());
+                }
+                return Some(event);
             }
             match tokio::time::timeout_at(deadline, self.response.chunk()).await {
                 Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
@@ -387,6 +394,7 @@ async fn a_lease_lives_with_its_stream_and_is_released_when_the_caller_disconnec
             break Events {
                 response,
                 buffer: Vec::new(),
+                first_session: None,
             };
         }
         assert!(
@@ -617,6 +625,7 @@ async fn an_election_streams_leadership_and_observers_see_it_change() {
         Events {
             response,
             buffer: Vec::new(),
+            first_session: None,
         }
     };
     assert_eq!(
@@ -911,4 +920,74 @@ async fn serve_speaks_tls_a_unix_socket_and_http2() {
         }
     });
     futures_util::future::join_all(calls).await;
+}
+
+#[tokio::test]
+async fn pool_members_split_the_units_and_a_drain_is_acknowledged_before_the_hand_over() {
+    let (_nodes, list) = cluster().await;
+    let added = Command::new(BIN)
+        .args([
+            "--nodes", &list, "units", "add", "parsers", "u1", "u2", "u3", "u4",
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .output()
+        .await
+        .unwrap();
+    assert!(added.status.success(), "units add: {added:?}");
+    let server = Server::start(&list, &[]).await;
+    let join = |id: &str| {
+        format!(
+            "{}/v1/pools/parsers/join?id={id}&interval=200ms",
+            server.url
+        )
+    };
+    let units_of = |e: &Value| -> Vec<String> {
+        serde_json::from_value(e["assignment"]["units"].clone()).unwrap_or_default()
+    };
+
+    // Alone, a owns every unit.
+    let (a, alone) = wait_active(Events::open(&join("a")).await, 1).await;
+    assert_eq!(units_of(&alone), ["u1", "u2", "u3", "u4"], "{alone}");
+    let session_a = a_session(&a);
+
+    // b joins: a is asked to drain the units it gives up, and the new view becomes active only
+    // after a acknowledges (or its drain timeout passes).
+    let b = Events::open(&join("b")).await;
+    let mut a = a;
+    let drain = a.until("drain", Duration::from_secs(10)).await;
+    let given: Vec<String> = serde_json::from_value(drain["gives_up"].clone()).unwrap();
+    assert_eq!(given.len(), 2, "a gives up half of the units: {drain}");
+    let n = drain["drain"].as_u64().unwrap();
+    let (status, ack) = post_json(&format!(
+        "{}/v1/sessions/{session_a}/drained?drain={n}",
+        server.url
+    ))
+    .await;
+    assert_eq!(status, 200, "{ack}");
+    let (status, again) = post_json(&format!(
+        "{}/v1/sessions/{session_a}/drained?drain={n}",
+        server.url
+    ))
+    .await;
+    assert_eq!(status, 400, "a drain acknowledged twice: {again}");
+    let (_a, ea) = wait_active(a, 2).await;
+    let (_b, eb) = wait_active(b, 2).await;
+    let (ua, ub) = (units_of(&ea), units_of(&eb));
+    assert_eq!(ua.len() + ub.len(), 4, "{ea} {eb}");
+    assert!(
+        ua.iter().all(|u| !ub.contains(u)),
+        "a unit has two owners: {ua:?} {ub:?}"
+    );
+    assert!(
+        given.iter().all(|u| ub.contains(u)),
+        "b did not get what a gave up: {given:?} {ub:?}"
+    );
+}
+
+/// The session ID of a stream's first event (recorded by `wait_active`'s caller).
+fn a_session(events: &Events) -> String {
+    events
+        .first_session
+        .clone()
+        .expect("the stream's first event named its session")
 }
