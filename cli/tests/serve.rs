@@ -286,7 +286,7 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_writes_nothing() {
         ),
         (
             "POST",
-            "/v1/locks/nightly/acquire?keepalive=1s",
+            "/v1/locks/nightly/acquire?keepalive=1ms",
             400,
             "keepalive",
         ),
@@ -462,8 +462,81 @@ async fn a_keepalive_session_ends_when_its_keepalives_stop() {
             "the lease outlived its session's keep-alive"
         );
     }
-    let (status, _) = get_json(&format!("{}/v1/sessions/{session}", server.url)).await;
-    assert_eq!(status, 404, "the ended session is still listed");
+    // The ended session's final event stays readable for a while (for callers that retry).
+    let (status, ended) = get_json(&format!("{}/v1/sessions/{session}", server.url)).await;
+    assert_eq!(
+        (status, &ended["ended"]),
+        (200, &Value::from(true)),
+        "{ended}"
+    );
+    assert_eq!(ended["state"]["event"], "released", "{ended}");
+    let (status, again) = post_json(&format!("{}/v1/sessions/{session}/release", server.url)).await;
+    assert_eq!(
+        status, 200,
+        "a retried release of an ended session: {again}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_session_with_keepalives_ends_when_a_frozen_caller_stops_sending_them() {
+    // A frozen caller's kernel keeps its connection (and so the stream) open: keep-alives on a
+    // stream session end it anyway.
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let acquire = format!(
+        "{}/v1/locks/frozen-caller/acquire?ttl=10s&keepalive=500ms",
+        server.url
+    );
+    let mut held = Events::open(&acquire).await;
+    let first = held.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(first["event"], "acquired");
+    let started = Instant::now();
+    let end = held.until("released", Duration::from_secs(5)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "ended after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(end["released"], true, "{end}");
+    let (status, _) = post_json(&format!("{acquire}&wait=1s")).await;
+    assert_eq!(
+        status, 200,
+        "the lease outlived its stream session's keep-alives"
+    );
+}
+
+#[tokio::test]
+async fn a_period_whose_lease_was_lost_is_not_recorded_by_a_late_complete() {
+    // The run's server freezes past the lease's TTL; after it resumes, the caller's complete
+    // is refused and the period stays due (another caller may have run it meanwhile).
+    let (_nodes, list) = cluster().await;
+    let server = Server::start(&list, &[]).await;
+    let begin = format!(
+        "{}/v1/jobs/late/periods/p1/begin?ttl=1s&session=keepalive&keepalive=1h",
+        server.url
+    );
+    let (status, begun) = post_json(&begin).await;
+    assert_eq!(
+        (status, &begun["event"]),
+        (200, &Value::from("begun")),
+        "{begun}"
+    );
+    let session = begun["session"].as_str().unwrap().to_string();
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    server.signal("CONT");
+    let (status, complete) =
+        post_json(&format!("{}/v1/sessions/{session}/complete", server.url)).await;
+    assert_eq!(
+        status, 409,
+        "a complete after the lease ran out was accepted: {complete}"
+    );
+    let (status, again) = post_json(&begin).await;
+    assert_eq!(
+        (status, &again["event"]),
+        (200, &Value::from("begun")),
+        "the period was recorded: {again}"
+    );
 }
 
 /// A caller holds a lease through server A, which freezes (or dies) past the TTL; another
@@ -937,7 +1010,7 @@ async fn pool_members_split_the_units_and_a_drain_is_acknowledged_before_the_han
     let server = Server::start(&list, &[]).await;
     let join = |id: &str| {
         format!(
-            "{}/v1/pools/parsers/join?id={id}&interval=200ms",
+            "{}/v1/pools/parsers/join?id={id}&interval=500ms&drain_timeout=10s",
             server.url
         )
     };
@@ -952,12 +1025,26 @@ async fn pool_members_split_the_units_and_a_drain_is_acknowledged_before_the_han
 
     // b joins: a is asked to drain the units it gives up, and the new view becomes active only
     // after a acknowledges (or its drain timeout passes).
-    let b = Events::open(&join("b")).await;
+    let mut b = Events::open(&join("b")).await;
     let mut a = a;
     let drain = a.until("drain", Duration::from_secs(10)).await;
     let given: Vec<String> = serde_json::from_value(drain["gives_up"].clone()).unwrap();
     assert_eq!(given.len(), 2, "a gives up half of the units: {drain}");
     let n = drain["drain"].as_u64().unwrap();
+    // The caller takes its time to stop the work: meanwhile the new view is not active (b
+    // owns nothing a gives up).
+    let stalling = Instant::now() + Duration::from_secs(1);
+    while let Some(e) = b
+        .next(stalling.saturating_duration_since(Instant::now()))
+        .await
+    {
+        let active_two = e["assignment"]["state"] == "active" && e["assignment"]["replicas"] == 2;
+        assert!(
+            !active_two,
+            "the hand-over went ahead before the drain was acknowledged: {e}"
+        );
+    }
+    let acked = Instant::now();
     let (status, ack) = post_json(&format!(
         "{}/v1/sessions/{session_a}/drained?drain={n}",
         server.url
@@ -972,6 +1059,10 @@ async fn pool_members_split_the_units_and_a_drain_is_acknowledged_before_the_han
     assert_eq!(status, 400, "a drain acknowledged twice: {again}");
     let (_a, ea) = wait_active(a, 2).await;
     let (_b, eb) = wait_active(b, 2).await;
+    assert!(
+        acked.elapsed() < Duration::from_secs(5),
+        "the hand-over waited for the drain timeout, not the acknowledgement"
+    );
     let (ua, ub) = (units_of(&ea), units_of(&eb));
     assert_eq!(ua.len() + ub.len(), 4, "{ea} {eb}");
     assert!(

@@ -21,6 +21,7 @@ process only as fast as the stream carries it: `lost` is advice, and the fencing
 the resource is what keeps it safe.
 """
 
+import collections
 import http.client
 import json
 import socket
@@ -167,14 +168,14 @@ class Client:
 
 class Lease:
     """A held lease (or leadership): `token`, `session`, `lost` (a threading.Event set when the
-    server reports the lease lost or the stream ends), `events` (every event seen)."""
+    server reports the lease lost or the stream ends), `events` (the last 100 events seen)."""
 
     def __init__(self, client, conn, response, first):
         self._client, self._conn, self._response = client, conn, response
         self.session = first["session"]
         self.token = first.get("token", first.get("term"))
         self.first = first
-        self.events = [first]
+        self.events = collections.deque([first], maxlen=100)
         self.lost = threading.Event()
         self._ended = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -251,25 +251,23 @@ impl Query {
         self.get(name).map(|v| checked_name(name, v)).transpose()
     }
 
-    /// `session=stream` (the default) or `session=keepalive` (with `keepalive=DURATION`,
-    /// default 10 s).
+    /// `session=stream` (the default; with `keepalive=DURATION` the session also ends when
+    /// keep-alives stop) or `session=keepalive` (`keepalive` default 10 s).
     pub(crate) fn liveness(&self) -> Result<Liveness, ApiError> {
-        let keepalive = self.duration(
-            "keepalive",
-            Duration::from_secs(10),
-            Duration::from_millis(100)..=Duration::from_secs(3600),
-        )?;
+        let range = Duration::from_millis(100)..=Duration::from_secs(3600);
+        let given = match self.get("keepalive") {
+            Some(_) => Some(self.duration("keepalive", Duration::ZERO, range)?),
+            None => None,
+        };
         match self.get("session") {
-            None | Some("stream") => {
-                if self.get("keepalive").is_some() {
-                    return Err(ApiError::invalid(
-                        "keepalive",
-                        "keepalive is given without session=keepalive",
-                    ));
-                }
-                Ok(Liveness::Stream)
-            }
-            Some("keepalive") => Ok(Liveness::Keepalive(keepalive)),
+            None | Some("stream") => Ok(Liveness {
+                stream: true,
+                keepalive: given,
+            }),
+            Some("keepalive") => Ok(Liveness {
+                stream: false,
+                keepalive: Some(given.unwrap_or(Duration::from_secs(10))),
+            }),
             Some(other) => Err(ApiError::invalid(
                 "session",
                 format!("session={other:?}: use stream (the default) or keepalive"),

@@ -8,8 +8,10 @@
 //!
 //! A `drain` event (`{"event": "drain", "drain": N, "gives_up": [...]}`) asks the caller to
 //! stop the work it gives up and then call `POST /v1/sessions/{id}/drained?drain=N`; the new
-//! view becomes active once every old member drained or its drain timeout (the interval)
-//! passed. A caller that acknowledges without stopping breaks only its own exclusivity: the
+//! view becomes active once every old member drained or its drain timeout (`drain_timeout`,
+//! default the interval) passed. A `held` event every half interval carries the assignment's
+//! remaining validity: a caller that reads no event for that long must stop its work (its
+//! server may be frozen or cut off, and the tasks reassigned). A caller that acknowledges without stopping breaks only its own exclusivity: the
 //! token of each assignment is what fences its writes. The member leaves when the session
 //! ends.
 
@@ -103,6 +105,7 @@ async fn drive(
     opened: Opened,
     joined: Joined,
     mut asks: mpsc::Receiver<DrainAsk>,
+    interval: Duration,
     first: Value,
 ) {
     let Opened {
@@ -116,7 +119,9 @@ async fn drive(
     let mut last: Option<Value> = None;
     let mut drains: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
     let mut next_drain = 1u64;
-    loop {
+    let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(50)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let last_event = loop {
         // An assignment event when what it gives changed (not its validity alone).
         let now = assignment_json(changes.borrow_and_update().as_ref());
         let mut key = now.clone();
@@ -131,8 +136,13 @@ async fn drive(
         }
         tokio::select! {
             biased;
-            () = session.ended() => break,
-            changed = changes.changed() => if changed.is_err() { break },
+            () = session.ended() => break json!({"event": "left"}),
+            changed = changes.changed() => if changed.is_err() { break json!({"event": "left"}) },
+            _ = tick.tick() => {
+                if let Some(a) = changes.borrow().as_ref() {
+                    events.tick(&session, json!({"event": "held", "valid_for_ms": ms_left(a.valid_until)}));
+                }
+            }
             Some(ask) = asks.recv() => {
                 let n = next_drain;
                 next_drain += 1;
@@ -145,18 +155,22 @@ async fn drive(
                     joined.leave().await;
                     let event = json!({"event": "left"});
                     events.send(&session, event.clone()).await;
-                    let _ = reply.send(Ok(event));
-                    shared.sessions.remove(&session.id);
+                    let _ = reply.send(Ok(event.clone()));
+                    shared.sessions.remove(&session.id, event);
                     return;
                 }
                 Control::Drained(n, reply) => {
                     let answer = match drains.remove(&n) {
-                        Some(done) => {
-                            let _ = done.send(());
-                            Ok(json!({"drain": n, "acknowledged": true}))
-                        }
+                        Some(done) => match done.send(()) {
+                            Ok(()) => Ok(json!({"drain": n, "acknowledged": true})),
+                            Err(()) => Err(ApiError::new(
+                                axum::http::StatusCode::CONFLICT,
+                                "timeout",
+                                format!("drain {n} timed out before this acknowledgement: the hand-over went ahead without it"),
+                            )),
+                        },
                         None => Err(ApiError::invalid("drain", format!(
-                            "no drain {n} is waiting (acknowledged already, timed out, or never asked)"
+                            "no drain {n} is waiting (acknowledged already, or never asked)"
                         ))),
                     };
                     let _ = reply.send(answer);
@@ -169,9 +183,10 @@ async fn drive(
                 }
             },
         }
-    }
+    };
     joined.leave().await;
-    shared.sessions.remove(&session.id);
+    events.last(&session, last_event.clone()).await;
+    shared.sessions.remove(&session.id, last_event);
 }
 
 /// Start the member session's task and answer.
@@ -180,23 +195,38 @@ fn start(
     mut opened: Opened,
     joined: Joined,
     asks: mpsc::Receiver<DrainAsk>,
+    interval: Duration,
     first: Value,
 ) -> Response {
     let body = opened.stream.take();
-    tokio::spawn(drive(shared.clone(), opened, joined, asks, first.clone()));
+    tokio::spawn(drive(
+        shared.clone(),
+        opened,
+        joined,
+        asks,
+        interval,
+        first.clone(),
+    ));
     match body {
         Some(s) => stream(s),
         None => ok(first),
     }
 }
 
-/// The interval parameter (the library's 100 ms ..= 1 h).
-fn interval(q: &Query) -> Result<Duration, ApiError> {
-    q.duration(
+/// The interval parameter (the library's 100 ms ..= 1 h) and the drain timeout (default the
+/// interval, at most 1 h).
+fn interval(q: &Query) -> Result<(Duration, Duration), ApiError> {
+    let interval = q.duration(
         "interval",
         Duration::from_secs(2),
         Duration::from_millis(100)..=Duration::from_secs(3600),
-    )
+    )?;
+    let drain = q.duration(
+        "drain_timeout",
+        interval,
+        Duration::from_millis(100)..=Duration::from_secs(3600),
+    )?;
+    Ok((interval, drain))
 }
 
 /// `POST /v1/groups/{group}/join`.
@@ -213,22 +243,28 @@ pub(crate) async fn join_group(
     let id = q
         .name("id")?
         .ok_or_else(|| ApiError::invalid("id", "id is required (this member's ID in the group)"))?;
-    let interval = interval(&q)?;
+    let (interval, drain_timeout) = interval(&q)?;
     let liveness = q.liveness()?;
+    let admission = shared.sessions.admit(liveness)?;
     let (tx, asks) = mpsc::channel(4);
     let opts = GroupOptions::default()
         .with_interval(interval)
-        .with_drain(interval, hook(tx, false));
-    let opened = shared.sessions.open("group member", &group, liveness)?;
-    let member = match Member::join(&shared.client, &group, &id, opts).await {
-        Ok(m) => m,
-        Err(e) => {
-            shared.sessions.remove(&opened.session.id);
-            return Err(ApiError::from_lib(e, Some("id")));
-        }
-    };
+        .with_drain(drain_timeout, hook(tx, false));
+    let member = Member::join(&shared.client, &group, &id, opts)
+        .await
+        .map_err(|e| ApiError::from_lib(e, Some("id")))?;
+    let opened = shared
+        .sessions
+        .open(admission, "group member", &group, liveness)?;
     let first = json!({"event": "joined", "session": opened.session.id, "group": group, "id": id, "interval_ms": ms(interval)});
-    Ok(start(&shared, opened, Joined::Group(member), asks, first))
+    Ok(start(
+        &shared,
+        opened,
+        Joined::Group(member),
+        asks,
+        interval,
+        first,
+    ))
 }
 
 /// `POST /v1/pools/{pool}/join`.
@@ -239,34 +275,48 @@ pub(crate) async fn join_pool(
 ) -> Result<Response, ApiError> {
     let q = Query::parse(
         query.as_deref(),
-        &["id", "weight", "interval", "grace", "session", "keepalive"],
+        &[
+            "id",
+            "weight",
+            "interval",
+            "drain_timeout",
+            "grace",
+            "session",
+            "keepalive",
+        ],
     )?;
     let pool = checked_name("pool", &pool)?;
     let id = q
         .name("id")?
         .ok_or_else(|| ApiError::invalid("id", "id is required (this member's ID in the pool)"))?;
     let weight = q.number("weight", 1, 0..=u64::from(redquorum::MAX_WEIGHT))?;
-    let interval = interval(&q)?;
+    let (interval, drain_timeout) = interval(&q)?;
     let grace = q.duration(
         "grace",
         Duration::ZERO,
         Duration::ZERO..=Duration::from_secs(3600),
     )?;
     let liveness: Liveness = q.liveness()?;
+    let admission = shared.sessions.admit(liveness)?;
     let (tx, asks) = mpsc::channel(4);
     let opts = PoolOptions::default()
         .with_interval(interval)
         .with_weight(u32::try_from(weight).unwrap_or(redquorum::MAX_WEIGHT))
         .with_restart_grace(grace)
-        .with_drain(interval, hook(tx, true));
-    let opened = shared.sessions.open("pool member", &pool, liveness)?;
-    let member = match PoolMember::join(&shared.client, &pool, &id, opts).await {
-        Ok(m) => m,
-        Err(e) => {
-            shared.sessions.remove(&opened.session.id);
-            return Err(ApiError::from_lib(e, Some("id")));
-        }
-    };
+        .with_drain(drain_timeout, hook(tx, true));
+    let member = PoolMember::join(&shared.client, &pool, &id, opts)
+        .await
+        .map_err(|e| ApiError::from_lib(e, Some("id")))?;
+    let opened = shared
+        .sessions
+        .open(admission, "pool member", &pool, liveness)?;
     let first = json!({"event": "joined", "session": opened.session.id, "pool": pool, "id": id, "weight": weight, "interval_ms": ms(interval)});
-    Ok(start(&shared, opened, Joined::Pool(member), asks, first))
+    Ok(start(
+        &shared,
+        opened,
+        Joined::Pool(member),
+        asks,
+        interval,
+        first,
+    ))
 }

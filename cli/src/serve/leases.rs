@@ -104,8 +104,8 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
         };
         match next {
             Next::Lost(reason) => {
-                tracing::info!(session = %session.id, kind = session.kind, name = %session.name,
-                    "serve: the lease was lost: {reason}");
+                tracing::info!(session = super::session::short(&session.id), kind = session.kind,
+                    name = %session.name, "serve: the lease was lost: {reason}");
                 let event = json!({"event": "lost", "reason": reason.to_string()});
                 events.send(&session, event).await;
                 break;
@@ -114,7 +114,7 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
                 // The caller is gone (nobody reads), or the server is stopping (the stream
                 // still carries the end).
                 let event = held.end().await;
-                events.tick(&session, event);
+                events.last(&session, event).await;
                 break;
             }
             Next::Control(Control::Release(reply)) => {
@@ -124,6 +124,19 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
                 break;
             }
             Next::Control(Control::Complete(reply)) => match held {
+                // A lease lost (or run out on this server's clock) records nothing: another
+                // caller may be running the period with a newer token.
+                Held::Period(run) if !run.guard().is_held() => {
+                    run.abandon().await;
+                    let event = json!({"event": "lost", "reason": "the lease ran out before complete: nothing recorded"});
+                    events.send(&session, event).await;
+                    let _ = reply.send(Err(ApiError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        "lease_lost",
+                        "the job's lease was lost before complete: the period is not recorded (another caller may run it)",
+                    )));
+                    break;
+                }
                 Held::Period(run) => {
                     let event = match run.complete().await {
                         Ok(token) => Ok(
@@ -161,7 +174,7 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
             }
         }
     }
-    shared.sessions.remove(&session.id);
+    shared.sessions.remove(&session.id, session.last_state());
 }
 
 /// Start the session's task and answer: the stream, or (keepalive) the first event.
@@ -214,12 +227,12 @@ pub(crate) async fn acquire(
     let (ttl, wait) = ttl_and_wait(&q)?;
     let holder = q.name("holder")?.unwrap_or_else(|| shared.label.clone());
     let liveness = q.liveness()?;
-    shared.sessions.admit(liveness)?;
+    let admission = shared.sessions.admit(liveness)?;
     let options = LockOptions::default().with_holder(&holder);
     let lock = Lock::with_options(&shared.client, &name, ttl, options)
         .map_err(|e| ApiError::from_lib(e, Some("ttl")))?;
     let guard = unless_shutdown(&shared, lock.acquire(wait)).await?;
-    let opened = shared.sessions.open("lock", &name, liveness)?;
+    let opened = shared.sessions.open(admission, "lock", &name, liveness)?;
     let first = json!({
         "event": "acquired",
         "session": opened.session.id,
@@ -282,7 +295,7 @@ pub(crate) async fn campaign(
         )
     })?;
     let liveness = q.liveness()?;
-    shared.sessions.admit(liveness)?;
+    let admission = shared.sessions.admit(liveness)?;
     let election = Election::new(&shared.client, &name, ttl, &candidate)
         .map_err(|e| ApiError::from_lib(e, Some("candidate")))?;
     let leadership = if wait.is_zero() {
@@ -302,7 +315,9 @@ pub(crate) async fn campaign(
             }
         }
     };
-    let opened = shared.sessions.open("leadership", &name, liveness)?;
+    let opened = shared
+        .sessions
+        .open(admission, "leadership", &name, liveness)?;
     let first = json!({
         "event": "elected",
         "session": opened.session.id,
@@ -375,8 +390,9 @@ pub(crate) async fn observe(
                 change = changes.next() => {
                     let Some(change) = change else { return };
                     let event = json!({"event": "leader", "leader": leader_json(change)});
-                    if tx.send(event).await.is_err() {
-                        return;
+                    tokio::select! {
+                        sent = tx.send(event) => if sent.is_err() { return },
+                        () = shutdown.cancelled() => return,
                     }
                 }
                 () = tx.closed() => return,
@@ -398,7 +414,7 @@ pub(crate) async fn begin_period(
     let period = checked_name("period", &period)?;
     let (ttl, wait) = ttl_and_wait(&q)?;
     let liveness = q.liveness()?;
-    shared.sessions.admit(liveness)?;
+    let admission = shared.sessions.admit(liveness)?;
     let options =
         JobOptions::default().with_lock(LockOptions::default().with_holder(&shared.label));
     let job = PeriodicJob::with_options(&shared.client, &name, ttl, options)
@@ -408,7 +424,7 @@ pub(crate) async fn begin_period(
         PeriodStart::AlreadyDone { token } => {
             let done =
                 json!({"event": "done", "job": name, "period": period, "token": token.get()});
-            if liveness == super::session::Liveness::Stream {
+            if liveness.stream {
                 shared.sessions.admit_stream()?;
                 let (tx, rx) = tokio::sync::mpsc::channel(1);
                 let _ = tx.try_send(done);
@@ -423,7 +439,7 @@ pub(crate) async fn begin_period(
             ))
         }
     };
-    let opened = shared.sessions.open("period", &name, liveness)?;
+    let opened = shared.sessions.open(admission, "period", &name, liveness)?;
     let first = json!({
         "event": "begun",
         "session": opened.session.id,

@@ -75,9 +75,15 @@ pub(crate) fn read_token(path: &Path) -> Result<Vec<u8>, String> {
     Ok(token.as_bytes().to_vec())
 }
 
-/// Whether the `Authorization` header carries `token` (compared in constant time).
+/// Whether the `Authorization` header carries `token` (the scheme's name in any case, the
+/// token compared in constant time).
 pub(crate) fn authorized(header: Option<&[u8]>, token: &[u8]) -> bool {
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+    let Some(header) = header else { return false };
+    let Some(given) = header
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+        .and_then(|_| header.get(7..))
+    else {
         return false;
     };
     given.len() == token.len()
@@ -129,8 +135,39 @@ pub(crate) fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerCo
     Ok(Arc::new(config))
 }
 
+/// A Unix socket listener at `path`. A socket file left by a server that is gone is replaced;
+/// one a live server answers on, or any other file, is refused.
+pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("--listen unix:{shown}: exists and is not a socket"));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "--listen unix:{shown}: another server is listening on it"
+            ));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    tokio::net::UnixListener::bind(path).map_err(|e| format!("--listen unix:{shown}: {e}"))
+}
+
+/// The file's device and inode (to remove only our own socket file at exit).
+pub(crate) fn inode(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Most TLS handshakes in progress at once; more connections wait for a slot.
+const MAX_HANDSHAKES: usize = 256;
+
 /// A TLS listener: handshakes run in tasks of their own (a slow client cannot hold up
-/// others), bounded by 10 s; failed ones are logged and dropped.
+/// others), at most [`MAX_HANDSHAKES`] at once, each bounded by 10 s; failed ones are logged
+/// and dropped.
 pub(crate) struct TlsListener {
     rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local: SocketAddr,
@@ -144,8 +181,12 @@ impl TlsListener {
         let local = tcp.local_addr()?;
         let acceptor = TlsAcceptor::from(config);
         let (tx, rx) = mpsc::channel(64);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (socket, peer) = match tcp.accept().await {
                     Ok(x) => x,
                     Err(e) => {
@@ -157,6 +198,7 @@ impl TlsListener {
                 tune(&socket);
                 let (acceptor, sender) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let handshake =
                         tokio::time::timeout(Duration::from_secs(10), acceptor.accept(socket));
                     match handshake.await {
@@ -218,6 +260,8 @@ mod tests {
         assert!(!authorized(Some(b"Bearer 0123456789abcdeF"), token));
         assert!(!authorized(Some(b"Bearer 0123456789abcde"), token));
         assert!(!authorized(Some(b"Basic 0123456789abcdef"), token));
+        assert!(authorized(Some(b"bearer 0123456789abcdef"), token));
+        assert!(!authorized(Some(b"Bearer"), token));
         assert!(!authorized(None, token));
     }
 }

@@ -45,7 +45,7 @@ mod listen;
 mod session;
 
 use api::{ok, ApiError, Query};
-use session::{Control, Liveness, Sessions};
+use session::{Control, Found, Sessions};
 
 /// The OpenAPI document of the routes.
 pub(crate) const OPENAPI: &str = include_str!("openapi.json");
@@ -270,12 +270,44 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-/// `GET /v1/sessions/{session}`.
+/// `GET /v1/sessions/{session}`: a live session, or an ended one's final event (for five
+/// minutes).
 async fn session_show(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(ok(shared.sessions.get(&id)?.describe()))
+    Ok(ok(match shared.sessions.get(&id)? {
+        Found::Live(s) => s.describe(),
+        Found::Ended(v) => v,
+    }))
+}
+
+/// A control request to a live session. An ended session (a retry after a lost reply, or a
+/// request that came too late) answers with its final event: 200 when that event is what the
+/// request asked for (`done`: e.g. `released`, `completed`), else 409 `ended` naming it.
+async fn control(
+    shared: &Shared,
+    id: &str,
+    done: &[&str],
+    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<serde_json::Value, ApiError>>) -> Control,
+) -> Result<Response, ApiError> {
+    match shared.sessions.get(id)? {
+        Found::Live(session) => Ok(ok(session.request(make).await?)),
+        Found::Ended(v) => {
+            let last = &v["state"];
+            let event = last["event"].as_str().unwrap_or("");
+            let recorded = last["recorded"].as_bool() != Some(false);
+            if done.contains(&event) && recorded {
+                Ok(ok(last.clone()))
+            } else {
+                Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "ended",
+                    format!("session {id:?} had ended already: {last}"),
+                ))
+            }
+        }
+    }
 }
 
 /// `POST /v1/sessions/{session}/keepalive`.
@@ -283,10 +315,19 @@ async fn session_keepalive(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let session = shared.sessions.get(&id)?;
-    let Liveness::Keepalive(every) = session.liveness else {
+    let session = match shared.sessions.get(&id)? {
+        Found::Live(s) => s,
+        Found::Ended(v) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "gone",
+                format!("session {id:?} ended: {}", v["state"]),
+            ))
+        }
+    };
+    let Some(every) = session.liveness.keepalive else {
         return Err(ApiError::not_supported(
-            "a stream session lives while its stream is open; it takes no keep-alives",
+            "this stream session lives while its stream is open; it was opened without keepalive=",
         ));
     };
     session.keepalive();
@@ -301,8 +342,13 @@ async fn session_release(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let session = shared.sessions.get(&id)?;
-    Ok(ok(session.request(Control::Release).await?))
+    control(
+        &shared,
+        &id,
+        &["released", "resigned", "abandoned", "left"],
+        Control::Release,
+    )
+    .await
 }
 
 /// `POST /v1/sessions/{session}/complete`: record the period as done (with the run's token)
@@ -311,8 +357,7 @@ async fn session_complete(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let session = shared.sessions.get(&id)?;
-    Ok(ok(session.request(Control::Complete).await?))
+    control(&shared, &id, &["completed"], Control::Complete).await
 }
 
 /// `POST /v1/sessions/{session}/drained?drain=N`: the caller stopped the work drain N asked
@@ -330,10 +375,7 @@ async fn session_drained(
         ));
     }
     let n = q.number("drain", 0, 1..=u64::MAX)?;
-    let session = shared.sessions.get(&id)?;
-    Ok(ok(session
-        .request(|reply| Control::Drained(n, reply))
-        .await?))
+    control(&shared, &id, &[], |reply| Control::Drained(n, reply)).await
 }
 
 /// Check the options before any node is contacted: the address, the token, the TLS files.
@@ -396,6 +438,13 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(10), drained).await;
+        // Streams close as their sessions end; a caller that stopped reading cannot hold the
+        // process: it exits 5 s later whatever is still open.
+        tokio::spawn(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            tracing::warn!("serve: connections still open 5 s after every session ended: exiting");
+            std::process::exit(0);
+        });
     };
     let served = match &args.listen {
         listen::Bind::Tcp(addr) => {
@@ -415,24 +464,16 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
             }
         }
         listen::Bind::Unix(path) => {
-            // A stale socket file from an earlier run is replaced; anything else is refused.
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                use std::os::unix::fs::FileTypeExt;
-                if !meta.file_type().is_socket() {
-                    return Err(format!(
-                        "--listen unix:{}: exists and is not a socket",
-                        path.display()
-                    ));
-                }
-                let _ = std::fs::remove_file(path);
-            }
-            let unix = tokio::net::UnixListener::bind(path)
-                .map_err(|e| format!("--listen unix:{}: {e}", path.display()))?;
+            let unix = listen::bind_unix(path)?;
             announce(&format!("unix:{}", path.display()));
+            let ours = listen::inode(path);
             let served = axum::serve(unix, app)
                 .with_graceful_shutdown(shutdown)
                 .await;
-            let _ = std::fs::remove_file(path);
+            // Only our own socket file: another server may have replaced it meanwhile.
+            if ours.is_some() && listen::inode(path) == ours {
+                let _ = std::fs::remove_file(path);
+            }
             served
         }
     };

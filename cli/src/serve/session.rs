@@ -10,6 +10,14 @@
 //!   `POST /v1/sessions/{id}/keepalive` within `keepalive` of the last call, or the session
 //!   ends.
 //!
+//! A stream session may ask for keep-alives too (`keepalive=` without `session=keepalive`):
+//! it then ends at the first of its stream's end and a missed keep-alive. A frozen caller's
+//! kernel keeps its connection open for hours, so a caller that can freeze (a GC pause, a
+//! stopped process) should ask for them.
+//!
+//! An ended session leaves a tombstone with its final event for [`TOMBSTONE_TTL`], so that a
+//! caller retrying `release` or `complete` after a lost reply learns how its session ended.
+//!
 //! Every session is driven by one task (in the module of its kind) that owns the library's
 //! handle: the only place the handle is released, resigned, completed or left. The task
 //! serves the session's control requests ([`Control`]) and ends when the session ends
@@ -35,11 +43,21 @@ use super::api::ApiError;
 
 /// How the caller keeps its session alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Liveness {
-    /// While the response stream is open.
-    Stream,
-    /// While keep-alives arrive within this long of each other.
-    Keepalive(Duration),
+pub(crate) struct Liveness {
+    /// While the response stream is open (otherwise the answer is one JSON object).
+    pub(crate) stream: bool,
+    /// While keep-alives arrive within this long of each other (required without a stream).
+    pub(crate) keepalive: Option<Duration>,
+}
+
+/// How long an ended session's final event is kept for callers that retry.
+pub(crate) const TOMBSTONE_TTL: Duration = Duration::from_secs(300);
+/// Most tombstones kept (the oldest go first).
+const MAX_TOMBSTONES: usize = 10_000;
+
+/// A session ID as logged: its first 8 characters (the whole ID lets anyone end the session).
+pub(crate) fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
 }
 
 /// A request to a session's task, with the channel its answer goes back on.
@@ -77,23 +95,21 @@ impl Session {
     /// Resolves when the session must end: its stream was dropped, a keep-alive was missed,
     /// it was released, or the server shuts down.
     pub(crate) async fn ended(&self) {
+        let Some(every) = self.liveness.keepalive else {
+            return self.end.cancelled().await;
+        };
         loop {
-            match self.liveness {
-                Liveness::Stream => return self.end.cancelled().await,
-                Liveness::Keepalive(every) => {
-                    let deadline = self.touched() + every;
-                    tokio::select! {
-                        _ = self.end.cancelled() => return,
-                        _ = tokio::time::sleep_until(deadline) => {
-                            if self.touched() + every <= Instant::now() {
-                                tracing::info!(session = %self.id, kind = self.kind, name = %self.name,
-                                    "serve: no keep-alive within {every:?}: the session ends");
-                                return;
-                            }
-                        }
-                        _ = self.touch.notified() => {}
+            let deadline = self.touched() + every;
+            tokio::select! {
+                _ = self.end.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    if self.touched() + every <= Instant::now() {
+                        tracing::info!(session = short(&self.id), kind = self.kind, name = %self.name,
+                            "serve: no keep-alive within {every:?}: the session ends");
+                        return;
                     }
                 }
+                _ = self.touch.notified() => {}
             }
         }
     }
@@ -113,15 +129,18 @@ impl Session {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
+    /// The last event the session's task published.
+    pub(crate) fn last_state(&self) -> Value {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The session's description and last state.
     pub(crate) fn describe(&self) -> Value {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let liveness = match self.liveness {
-            Liveness::Stream => json!({"mode": "stream"}),
-            Liveness::Keepalive(d) => {
-                json!({"mode": "keepalive", "keepalive_ms": d.as_millis() as u64})
-            }
-        };
+        let liveness = json!({
+            "mode": if self.liveness.stream { "stream" } else { "keepalive" },
+            "keepalive_ms": self.liveness.keepalive.map(super::api::ms),
+        });
         json!({"session": self.id, "kind": self.kind, "name": self.name, "liveness": liveness, "state": state})
     }
 
@@ -142,6 +161,10 @@ impl Session {
 #[derive(Debug)]
 pub(crate) struct Sessions {
     map: Mutex<HashMap<String, Arc<Session>>>,
+    /// Ended sessions' final events, with when they ended.
+    tombstones: Mutex<HashMap<String, (Instant, Value)>>,
+    /// Requests admitted that have not opened their session yet (waiting for a lease).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
     max_sessions: usize,
     max_streams: usize,
     streams: Arc<std::sync::atomic::AtomicUsize>,
@@ -162,6 +185,8 @@ impl Sessions {
     pub(crate) fn new(max_sessions: usize, max_streams: usize) -> Sessions {
         Sessions {
             map: Mutex::new(HashMap::new()),
+            tombstones: Mutex::new(HashMap::new()),
+            pending: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             max_sessions,
             max_streams,
             streams: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -173,19 +198,22 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether a session may be opened now (checked before anything is acquired, and again
-    /// when it is registered).
-    pub(crate) fn admit(&self, liveness: Liveness) -> Result<(), ApiError> {
+    /// Admit a request that will open a session (before anything is acquired): it counts
+    /// against `--max-sessions` while it waits, and its admission becomes the session.
+    pub(crate) fn admit(&self, liveness: Liveness) -> Result<Admission, ApiError> {
+        use std::sync::atomic::Ordering::SeqCst;
         if self.shutdown.is_cancelled() {
             return Err(ApiError::shutting_down());
         }
-        if self.map().len() >= self.max_sessions {
+        let admission = Admission(self.pending.clone());
+        self.pending.fetch_add(1, SeqCst);
+        if self.map().len() + self.pending.load(SeqCst) > self.max_sessions {
             return Err(ApiError::limit("sessions", self.max_sessions));
         }
-        if liveness == Liveness::Stream {
+        if liveness.stream {
             self.admit_stream()?;
         }
-        Ok(())
+        Ok(admission)
     }
 
     /// Whether one more stream may be opened now.
@@ -196,14 +224,17 @@ impl Sessions {
         Ok(())
     }
 
-    /// Register a session of `kind` on `name`.
+    /// Register a session of `kind` on `name`, for the request `admission` admitted.
     pub(crate) fn open(
         &self,
+        admission: Admission,
         kind: &'static str,
         name: &str,
         liveness: Liveness,
     ) -> Result<Opened, ApiError> {
-        self.admit(liveness)?;
+        if self.shutdown.is_cancelled() {
+            return Err(ApiError::shutting_down());
+        }
         let id = new_session_id()?;
         let (control_tx, control) = mpsc::channel(8);
         let session = Arc::new(Session {
@@ -217,16 +248,20 @@ impl Sessions {
             touched: Mutex::new(Instant::now()),
             touch: tokio::sync::Notify::new(),
         });
-        let (events, stream) = match liveness {
-            Liveness::Stream => {
-                let (tx, rx) = mpsc::channel(64);
-                let stream = self.stream(rx, Some(session.end.clone()));
-                (Events(Some(tx)), Some(stream))
-            }
-            Liveness::Keepalive(_) => (Events(None), None),
+        let (events, stream) = if liveness.stream {
+            let (tx, rx) = mpsc::channel(64);
+            let stream = self.stream(rx, Some(session.end.clone()));
+            (Events(Some(tx)), Some(stream))
+        } else {
+            (Events(None), None)
         };
-        self.map().insert(id, session.clone());
-        crate::serve::metrics_sessions(self.map().len());
+        let open = {
+            let mut map = self.map();
+            map.insert(id, session.clone());
+            map.len()
+        };
+        drop(admission);
+        crate::serve::metrics_sessions(open);
         Ok(Opened {
             session,
             control,
@@ -253,28 +288,64 @@ impl Sessions {
         }
     }
 
-    /// The session `id`.
-    pub(crate) fn get(&self, id: &str) -> Result<Arc<Session>, ApiError> {
-        self.map()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ApiError::gone(id))
+    /// The session `id`: live, or ended (its final event, for [`TOMBSTONE_TTL`]).
+    pub(crate) fn get(&self, id: &str) -> Result<Found, ApiError> {
+        if let Some(s) = self.map().get(id) {
+            return Ok(Found::Live(s.clone()));
+        }
+        let tombs = self.tombstones.lock().unwrap_or_else(|p| p.into_inner());
+        match tombs.get(id) {
+            Some((at, last)) if at.elapsed() < TOMBSTONE_TTL => Ok(Found::Ended(json!({
+                "session": id, "ended": true, "state": last,
+            }))),
+            _ => Err(ApiError::gone(id)),
+        }
     }
 
-    /// Forget the session `id` (its task ended).
-    pub(crate) fn remove(&self, id: &str) {
+    /// Forget the session `id` (its task ended with `last`, kept as its tombstone).
+    pub(crate) fn remove(&self, id: &str, last: Value) {
         let left = {
             let mut map = self.map();
             map.remove(id);
             map.len()
         };
         crate::serve::metrics_sessions(left);
+        let mut tombs = self.tombstones.lock().unwrap_or_else(|p| p.into_inner());
+        tombs.retain(|_, (at, _)| at.elapsed() < TOMBSTONE_TTL);
+        if tombs.len() >= MAX_TOMBSTONES {
+            let oldest = tombs
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                tombs.remove(&oldest);
+            }
+        }
+        tombs.insert(id.to_owned(), (Instant::now(), last));
     }
 
     /// Sessions open now.
     pub(crate) fn len(&self) -> usize {
         self.map().len()
     }
+}
+
+/// A request admitted to open a session: counted as pending until dropped.
+#[derive(Debug)]
+pub(crate) struct Admission(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A session as `GET /v1/sessions/{id}` finds it.
+#[derive(Debug)]
+pub(crate) enum Found {
+    Live(Arc<Session>),
+    /// Ended: its description with the final event.
+    Ended(Value),
 }
 
 /// A session ID: 128 random bits from the OS, in hex (whoever knows it can release the
@@ -298,9 +369,19 @@ impl Events {
         session.set_state(event.clone());
         if let Some(tx) = &self.0 {
             tokio::select! {
+                biased;
                 _ = tx.send(event) => {}
                 _ = session.end.cancelled() => {}
             }
+        }
+    }
+
+    /// The session's last event, sent after it ended (its stream may still be read while the
+    /// server stops): waits up to a second for room, then gives up.
+    pub(crate) async fn last(&self, session: &Session, event: Value) {
+        session.set_state(event.clone());
+        if let Some(tx) = &self.0 {
+            let _ = tx.send_timeout(event, Duration::from_secs(1)).await;
         }
     }
 
