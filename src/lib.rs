@@ -11,14 +11,16 @@
 //! - [`Election`] and [`PeriodicJob`]: leader election and once-per-period work;
 //! - [`Member`]: fenced peer indexing (`(index, replicas)` and owned tasks, with a safe
 //!   transition when membership changes);
+//! - [`PoolMember`], [`Units`] and [`pool_table`]: work distribution (named work units
+//!   assigned to members, weighted, balanced and sticky, with a fenced hand-over);
 //! - [`FencingToken`], [`fenced_set`] and [`FENCED_SET_LUA`]: the resource side of fencing.
 //! - metrics through the [`metrics`](https://docs.rs/metrics) facade (quorum operations, nodes,
 //!   IDs, leases, leadership, views, quarantines and repairs), recorded by whatever recorder
 //!   the application installs; [`describe_metrics`] registers their descriptions.
 //!
-//! Work distribution (named work units) is not in this release yet. Each type's docs state
-//! its guarantees, what is not guaranteed, errors and cancel safety; every handle takes its
-//! options at construction (`*Options`, e.g. [`LockOptions`]).
+//! Each type's docs state its guarantees, what is not guaranteed, errors and cancel safety;
+//! every handle takes its options at construction (`*Options`, e.g. [`LockOptions`]). Services
+//! in other languages use the same client through `redquorum serve`, the CLI's HTTP API.
 //!
 //! The `test-util` feature adds the `*_for_tests` switches that weaken a protection (so a
 //! test can show that its checker catches what the protection prevents). Never enable it in
