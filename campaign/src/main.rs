@@ -2,13 +2,15 @@
 //!
 //! `rq-campaign run [--seed S] [--quick|--long]` starts local `redis-server` nodes (or the
 //! server env `REDQUORUM_TEST_SERVER` names, e.g. `valkey-server`), workload
-//! processes (`rq-campaign worker ...`) and `redquorum` CLI processes, plays a seeded fault
+//! processes (`rq-campaign worker ...`), `redquorum` CLI processes and two `redquorum serve`
+//! processes with workload processes calling them over HTTP, plays a seeded fault
 //! schedule (the nemesis), checks the recorded histories and prints a summary whose last line
 //! is exactly `campaign: seed=<s> operations=<n> faults=<n> violations=<n>`. It exits 1 when a
 //! violation was found. The same seed replays the same schedule of faults and operations
 //! (timing aside).
 
 mod history;
+mod http;
 mod plant;
 mod run;
 mod schedule;
@@ -65,6 +67,15 @@ enum Command {
         /// Periodic-job runner processes (one job, a period of 2 s).
         #[arg(long, default_value_t = 2)]
         job_workers: usize,
+        /// ID workload processes calling a `redquorum serve` process over HTTP (half of them
+        /// each of the two servers; the servers run when any HTTP worker does).
+        #[arg(long, default_value_t = 2)]
+        http_id_workers: usize,
+        /// Lease holder processes acquiring through a `redquorum serve` process over HTTP and
+        /// writing to the fenced resource themselves (half through each server; holder j takes
+        /// lock j mod --locks).
+        #[arg(long, default_value_t = 2)]
+        http_lock_workers: usize,
         /// The redquorum binary (default: next to this one).
         #[arg(long)]
         redquorum: Option<PathBuf>,
@@ -103,6 +114,39 @@ enum WorkerCommand {
     Jobs {
         #[arg(long)]
         nodes: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        plant: Option<plant::Plant>,
+    },
+    /// IDs in a loop, through a `redquorum serve` process.
+    HttpIds {
+        /// A file holding the server's base URL (`http://127.0.0.1:PORT`), read again at every
+        /// new connection.
+        #[arg(long)]
+        server: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long, default_value = "campaign")]
+        sequence: String,
+    },
+    /// A lease holder in a loop, acquiring through a `redquorum serve` process and writing to
+    /// the fenced resource.
+    HttpLocks {
+        /// A file holding the server's base URL, as for http-ids.
+        #[arg(long)]
+        server: PathBuf,
+        #[arg(long)]
+        resource: String,
+        #[arg(long, default_value = "campaign")]
+        lock: String,
+        /// The holder label the server records.
+        #[arg(long, default_value = "campaign")]
+        holder: String,
         #[arg(long)]
         out: PathBuf,
         #[arg(long)]
@@ -182,6 +226,23 @@ async fn main() -> ExitCode {
             let urls: Vec<String> = nodes.split(',').map(String::from).collect();
             worker_exit(worker::locks(&urls, &resource, &lock, &out, seed, plant).await)
         }
+        Command::Worker(WorkerCommand::HttpIds {
+            server,
+            out,
+            seed,
+            sequence,
+        }) => worker_exit(worker::http_ids(&server, &sequence, &out, seed).await),
+        Command::Worker(WorkerCommand::HttpLocks {
+            server,
+            resource,
+            lock,
+            holder,
+            out,
+            seed,
+            plant,
+        }) => worker_exit(
+            worker::http_locks(&server, &resource, &lock, &holder, &out, seed, plant).await,
+        ),
         Command::Run {
             seed,
             quick,
@@ -194,6 +255,8 @@ async fn main() -> ExitCode {
             dist_members,
             index_members,
             job_workers,
+            http_id_workers,
+            http_lock_workers,
             redquorum,
             plant,
             beyond_minority,
@@ -201,9 +264,10 @@ async fn main() -> ExitCode {
         } => {
             let lock_workers = lock_workers.unwrap_or(if long { 8 } else { 3 });
             let locks = locks.unwrap_or(if long { 4 } else { 1 }).max(1);
-            if lock_workers > 0 && lock_workers < 2 * locks {
+            let holders = lock_workers + http_lock_workers;
+            if holders > 0 && holders < 2 * locks {
                 eprintln!(
-                    "rq-campaign: {lock_workers} lease holders over {locks} locks: every lock needs at least two holders, or nothing can contend"
+                    "rq-campaign: {holders} lease holders over {locks} locks: every lock needs at least two holders, or nothing can contend"
                 );
                 return ExitCode::from(2);
             }
@@ -250,6 +314,8 @@ async fn main() -> ExitCode {
                 dist_members,
                 index_members,
                 job_workers,
+                http_id_workers,
+                http_lock_workers,
                 redquorum,
                 plant,
                 beyond_minority,
@@ -324,6 +390,12 @@ fn print_summary(seed: u64, o: &run::Outcome) {
         "IDs returned: {}; lease holder processes frozen for the TTL or longer: {} ({} of them while holding the lease)",
         o.ids_returned, o.holder_freezes.0, o.holder_freezes.1
     );
+    if o.serve_holder_freezes.0 > 0 {
+        println!(
+            "serve processes frozen together with a caller holding a lease through them: {} ({} of them with the caller seen holding)",
+            o.serve_holder_freezes.0, o.serve_holder_freezes.1
+        );
+    }
     if o.beyond.0 > 0 {
         println!(
             "beyond the fault model: {} faults started while a majority of nodes was faulty for some client; {:.1} s in all",

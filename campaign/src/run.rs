@@ -1,6 +1,7 @@
 //! The campaign's orchestrator: local `redis-server` nodes (each client reaches them through
-//! its own fault proxies), the workload processes, the nemesis playing the seeded schedule,
-//! then the checkers and the summary.
+//! its own fault proxies), the workload processes, two `redquorum serve` processes (clients of
+//! the nodes like the others) and the workload processes that call them over HTTP, the nemesis
+//! playing the seeded schedule, then the checkers and the summary.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,10 @@ pub struct Options {
     pub index_members: usize,
     /// Periodic-job runner processes.
     pub job_workers: usize,
+    /// ID workload processes calling a `serve` process.
+    pub http_id_workers: usize,
+    /// Lease holder processes acquiring through a `serve` process.
+    pub http_lock_workers: usize,
     /// The `redquorum` binary (for the CLI client).
     pub redquorum: PathBuf,
     /// A planted bug, if any.
@@ -70,6 +75,9 @@ pub struct Outcome {
     /// Faults that started beyond the model (a majority faulty for some client), and how long
     /// the schedule stayed beyond it.
     pub beyond: (usize, Duration),
+    /// `serve` processes frozen together with an HTTP lease holder for the TTL or longer, and
+    /// of those, the ones whose holder was seen holding when frozen.
+    pub serve_holder_freezes: (u64, u64),
 }
 
 /// What a client runs.
@@ -80,8 +88,17 @@ enum Kind {
     Dist,
     Index,
     Jobs,
+    /// Calls a `serve` process for IDs.
+    HttpIds,
+    /// Holds leases through a `serve` process.
+    HttpLocks,
     Cli,
+    /// A `redquorum serve` process.
+    Serve,
 }
+
+/// The `serve` processes started when any HTTP workload process runs.
+const SERVES: usize = 2;
 
 /// The peer-indexing group and the tasks its members' records cover.
 const GROUP: &str = "campaign-group";
@@ -101,6 +118,9 @@ struct ClientSlot {
     name: String,
     /// A lease holder's lock.
     lock: String,
+    /// The `serve` process an HTTP workload process calls (a `serve` process's own index).
+    serve: usize,
+    /// To every node (none for an HTTP workload process: it reaches no node).
     proxies: Vec<FaultProxy>,
     child: Option<Child>,
     records: Vec<PathBuf>,
@@ -110,14 +130,89 @@ struct ClientSlot {
 impl ClientSlot {
     /// The process environment that routes its connections to the nodes' ports through this
     /// client's proxies (every client lists the same node URLs).
-    fn envs(&self, nodes: &LocalNodes) -> [(String, String); 2] {
+    fn envs(&self, nodes: &LocalNodes) -> Vec<(String, String)> {
+        if self.proxies.is_empty() {
+            return Vec::new();
+        }
         let map: Vec<(u16, u16)> = self
             .proxies
             .iter()
             .enumerate()
             .map(|(n, p)| (nodes.port(n), p.addr().port()))
             .collect();
-        portmap::envs(&map)
+        portmap::envs(&map).to_vec()
+    }
+}
+
+/// Where a `serve` process listens.
+struct ServeAt {
+    /// Its client slot (its proxies, its process).
+    slot: usize,
+    /// Its 127.0.0.1 port (restarted on it).
+    port: u16,
+    /// The file its callers read its base URL from.
+    url_file: PathBuf,
+    /// Its restart under way (after a kill): the process and its port, once it listens.
+    restarting: Option<tokio::task::JoinHandle<Result<(Child, u16), String>>>,
+}
+
+/// How to start a `serve` process: its command line, environment and log.
+struct ServeSpawn {
+    program: PathBuf,
+    nodes: String,
+    envs: Vec<(String, String)>,
+    name: String,
+    log: PathBuf,
+}
+
+impl ServeSpawn {
+    /// Start it on 127.0.0.1:`port` (through its proxies), and wait (up to 20 s) for its
+    /// `listening on` line: the process and its base URL. Its stderr goes to its log (each
+    /// try appended).
+    async fn spawn(&self, port: u16) -> Result<(Child, String), String> {
+        use tokio::io::AsyncBufReadExt;
+
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let mut child = tokio::process::Command::new(&self.program)
+            .arg("--nodes")
+            .arg(&self.nodes)
+            .args(["serve", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CLUSTER")
+            .envs(self.envs.iter().cloned())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.program.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| "serve: no stdout".to_string())?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+        let url = match first {
+            Ok(Ok(Some(line))) => line.strip_prefix("listening on ").map(String::from),
+            _ => None,
+        };
+        let Some(url) = url else {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            let why = std::fs::read_to_string(&self.log).unwrap_or_default();
+            return Err(format!(
+                "{} on port {port}: {}",
+                self.name,
+                crate::worker::one_line(why.lines().last().unwrap_or("no `listening on` line"))
+            ));
+        };
+        // Whatever else it prints is read and dropped.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok((child, url))
     }
 }
 
@@ -138,6 +233,13 @@ struct Campaign {
     /// Aimed FLUSHALLs that found no moment to aim at (no repair claim or no beat seen in
     /// time) and flushed anyway, by kind.
     aims_missed: BTreeMap<&'static str, u64>,
+    /// The `serve` processes.
+    serves: Vec<ServeAt>,
+    /// HTTP lease holders frozen now with their server: since when, and whether the freeze
+    /// landed while it held.
+    serve_frozen: BTreeMap<usize, (Instant, bool)>,
+    /// See [`Outcome::serve_holder_freezes`].
+    serve_holder_freezes: (u64, u64),
 }
 
 /// Run a campaign (see the module docs).
@@ -153,19 +255,34 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let resource = tokio::task::spawn_blocking(|| LocalNodes::start(1))
         .await
         .map_err(|e| e.to_string())?;
-    // Workload processes first (the client faults hit them), then the CLI client (its proxies
-    // only; it runs short processes).
+    // Workload processes first (the client faults hit them; the HTTP callers last of them),
+    // then the CLI client (its proxies only; it runs short processes), then the `serve`
+    // processes (their proxies; the `serve` faults hit them).
+    let serves = if opts.http_id_workers + opts.http_lock_workers > 0 {
+        SERVES
+    } else {
+        0
+    };
     let mut kinds = vec![Kind::Ids; opts.id_workers];
     kinds.extend(vec![Kind::Locks; opts.lock_workers]);
     kinds.extend(vec![Kind::Dist; opts.dist_members]);
     kinds.extend(vec![Kind::Index; opts.index_members]);
     kinds.extend(vec![Kind::Jobs; opts.job_workers]);
+    let http_callers = kinds.len();
+    kinds.extend(vec![Kind::HttpIds; opts.http_id_workers]);
+    let http_holders = kinds.len();
+    kinds.extend(vec![Kind::HttpLocks; opts.http_lock_workers]);
     kinds.push(Kind::Cli);
+    let first_serve = kinds.len();
+    kinds.extend(vec![Kind::Serve; serves]);
     let mut clients = Vec::new();
     for (c, kind) in kinds.iter().enumerate() {
         let mut proxies = Vec::new();
-        for n in 0..opts.nodes {
-            proxies.push(FaultProxy::start(nodes.addr(n), &format!("client {c} node {n}")).await);
+        if !matches!(kind, Kind::HttpIds | Kind::HttpLocks) {
+            for n in 0..opts.nodes {
+                proxies
+                    .push(FaultProxy::start(nodes.addr(n), &format!("client {c} node {n}")).await);
+            }
         }
         let name = match kind {
             Kind::Ids => format!("ids-{c}"),
@@ -173,23 +290,31 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             Kind::Dist => format!("member-{c}"),
             Kind::Index => format!("instance-{c}"),
             Kind::Jobs => format!("runner-{c}"),
+            Kind::HttpIds => format!("http-ids-{c}"),
+            Kind::HttpLocks => format!("http-holder-{c}"),
             Kind::Cli => "cli".to_string(),
+            Kind::Serve => format!("serve-{}", c - first_serve),
         };
-        let lock = format!(
-            "campaign-{}",
-            c.saturating_sub(opts.id_workers) % opts.locks.max(1)
-        );
+        // Holder i of each kind takes lock i mod the locks; an HTTP caller j of each kind calls
+        // server j mod the servers (as `Settings::serve_of`).
+        let nth = match kind {
+            Kind::HttpIds => c - http_callers,
+            Kind::HttpLocks => c - http_holders,
+            Kind::Serve => c - first_serve,
+            _ => c.saturating_sub(opts.id_workers),
+        };
         clients.push(ClientSlot {
             kind: *kind,
             name,
-            lock,
+            lock: format!("campaign-{}", nth % opts.locks.max(1)),
+            serve: nth % serves.max(1),
             proxies,
             child: None,
             records: Vec::new(),
             incarnations: 0,
         });
     }
-    let processes = clients.len() - 1;
+    let processes = kinds.len() - 1 - serves;
     let mut campaign = Campaign {
         opts: opts.clone(),
         nodes,
@@ -200,6 +325,9 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         holder_freezes: (0, 0),
         aimed_cancelled: 0,
         aims_missed: BTreeMap::new(),
+        serves: Vec::new(),
+        serve_frozen: BTreeMap::new(),
+        serve_holder_freezes: (0, 0),
     };
     // The operator's one `cluster init`, before any client.
     redquorum::Client::init_cluster(
@@ -219,18 +347,25 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
             .await
             .map_err(|e| format!("the pool's units: {e}"))?;
     }
+    // The `serve` processes, once the cluster is set up, before their callers.
+    for v in 0..serves {
+        campaign.start_serve(v, first_serve + v).await?;
+    }
     for c in 0..processes {
         campaign.spawn_worker(c)?;
     }
     let origin = MonotonicOrigin::now();
     let settings = Settings {
         nodes: opts.nodes,
-        clients: processes + 1,
+        clients: campaign.clients.len(),
         processes,
         duration: opts.duration,
         gap: Duration::from_millis(600),
         beyond_minority: opts.beyond_minority,
         holders: (opts.id_workers, opts.id_workers + opts.lock_workers),
+        serves,
+        http_callers: (http_callers, processes),
+        http_holders: (http_holders, processes),
     };
     let plan = schedule::draw(opts.seed, &settings);
     let cli = tokio::spawn(cli_loop(
@@ -252,19 +387,46 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         (0..GROUP_TASKS).map(|t| (t.to_string(), t)).collect();
     let mut indexing = Vec::new();
     let mut jobs = history::JobHistory::default();
+    // Lease counts of the holder processes, and of the HTTP holders: (acquired, failed,
+    // writes accepted, writes rejected).
+    let mut lease_counts = [(0u64, 0u64, 0u64, 0u64); 2];
     for c in 0..processes {
-        campaign.stop_worker(c).await;
+        campaign.stop_worker(c).await?;
+    }
+    campaign.settle_serves(true, None).await;
+    for v in 0..serves {
+        let slot = campaign.serves[v].slot;
+        campaign.stop_worker(slot).await?;
+    }
+    for c in 0..processes {
         let slot = &campaign.clients[c];
         for (k, path) in slot.records.iter().enumerate() {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{path:?}: {e}"))?;
+            // A process killed before it created its record (a CLI member still connecting)
+            // recorded nothing.
+            let text = match std::fs::read_to_string(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                other => other.map_err(|e| format!("{path:?}: {e}"))?,
+            };
             let who = format!("{} (incarnation {k})", slot.name);
             match slot.kind {
-                Kind::Ids => calls.extend(history::parse_ids(&who, &text)?),
-                Kind::Locks => history::parse_leases(
-                    &who,
-                    &text,
-                    leases.entry(slot.lock.clone()).or_default(),
-                )?,
+                Kind::Ids | Kind::HttpIds => calls.extend(history::parse_ids(&who, &text)?),
+                Kind::Locks | Kind::HttpLocks => {
+                    let mut h = history::LeaseHistory::default();
+                    history::parse_leases(&who, &text, &mut h)?;
+                    let counts = &mut lease_counts[usize::from(slot.kind == Kind::HttpLocks)];
+                    let accepted = h.writes.iter().filter(|w| w.4).count() as u64;
+                    counts.0 += h.acquired;
+                    counts.1 += h.failed;
+                    counts.2 += accepted;
+                    counts.3 += h.writes.len() as u64 - accepted;
+                    // One history per lock: the HTTP holders contend with the others.
+                    let into = leases.entry(slot.lock.clone()).or_default();
+                    into.tenures.extend(h.tenures);
+                    into.writes.extend(h.writes);
+                    into.acquired += h.acquired;
+                    into.failed += h.failed;
+                    into.attempts.extend(h.attempts);
+                }
                 Kind::Dist => ownership.extend(
                     redquorum_testkit::record::ownership(&who, &text, &index, origin)
                         .map_err(|e| format!("{who}: {e}"))?,
@@ -274,7 +436,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                         .map_err(|e| format!("{who}: {e}"))?,
                 ),
                 Kind::Jobs => history::parse_jobs(&who, &text, &mut jobs)?,
-                Kind::Cli => {}
+                Kind::Cli | Kind::Serve => {}
             }
         }
     }
@@ -287,6 +449,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         ids_returned: 0,
         holder_freezes: campaign.holder_freezes,
         beyond: schedule::beyond_the_model(&plan, &settings),
+        serve_holder_freezes: campaign.serve_holder_freezes,
     };
     for p in &plan {
         *outcome.faults.entry(p.fault.kind()).or_default() += 1;
@@ -311,8 +474,11 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     let (mut faulty, mut healthy) = ((0u64, 0u64), (0u64, 0u64));
     let (mut lat_faulty, mut lat_healthy) = (Vec::new(), Vec::new());
     for c in &calls {
-        let kind = if c.who.starts_with("cli") {
+        let (cli, http) = (c.who.starts_with("cli"), c.who.starts_with("http"));
+        let kind = if cli {
             "id (cli process)"
+        } else if http {
+            "id (http caller through serve)"
         } else {
             "id (workload process)"
         };
@@ -326,7 +492,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         let slot = if during { &mut faulty } else { &mut healthy };
         slot.0 += 1;
         slot.1 += u64::from(c.ids.is_some());
-        if c.ids.is_some() && !c.who.starts_with("cli") {
+        if c.ids.is_some() && !cli && !http {
             let lat = c.end.saturating_sub(c.start);
             if during {
                 lat_faulty.push(lat);
@@ -349,16 +515,24 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         Duration::from_nanos(v.get(i).copied().unwrap_or(0))
     };
     outcome.id_p99 = (p99(lat_faulty), p99(lat_healthy));
-    let sum = |f: fn(&history::LeaseHistory) -> u64| leases.values().map(f).sum::<u64>();
+    let [own, http] = lease_counts;
+    outcome
+        .operations
+        .insert("lease acquisition (holder process)", (own.0, own.1));
     outcome.operations.insert(
-        "lease acquisition (holder process)",
-        (sum(|h| h.acquired), sum(|h| h.failed)),
+        "fenced write by a holder process (accepted, rejected)",
+        (own.2, own.3),
     );
-    let accepted = sum(|h| h.writes.iter().filter(|w| w.4).count() as u64);
-    outcome.operations.insert(
-        "fenced write (accepted, rejected)",
-        (accepted, sum(|h| h.writes.len() as u64) - accepted),
-    );
+    if opts.http_lock_workers > 0 {
+        outcome.operations.insert(
+            "lease acquisition (http caller through serve)",
+            (http.0, http.1),
+        );
+        outcome.operations.insert(
+            "fenced write by an http caller (accepted, rejected)",
+            (http.2, http.3),
+        );
+    }
     for (members, intervals, kind, guarantee) in [
         (
             opts.dist_members,
@@ -443,6 +617,35 @@ impl Campaign {
                 }
                 cmd
             }
+            Kind::HttpIds | Kind::HttpLocks => {
+                let mut cmd = tokio::process::Command::new(exe);
+                cmd.arg("worker");
+                if slot.kind == Kind::HttpIds {
+                    cmd.arg("http-ids");
+                } else {
+                    cmd.arg("http-locks")
+                        .arg("--resource")
+                        .arg(self.resource.url(0))
+                        .arg("--lock")
+                        .arg(&slot.lock)
+                        .arg("--holder")
+                        .arg(&slot.name);
+                    if let Some(p) = self.opts.plant {
+                        cmd.arg("--plant").arg(p.to_string());
+                    }
+                }
+                let server = self
+                    .serves
+                    .get(slot.serve)
+                    .ok_or_else(|| format!("worker {c}: no serve process {}", slot.serve))?;
+                cmd.arg("--server")
+                    .arg(&server.url_file)
+                    .arg("--out")
+                    .arg(&path)
+                    .arg("--seed")
+                    .arg(seed);
+                cmd
+            }
             Kind::Dist => {
                 let mut cmd = tokio::process::Command::new(&self.opts.redquorum);
                 cmd.arg("--nodes")
@@ -477,7 +680,7 @@ impl Campaign {
                 }
                 cmd
             }
-            Kind::Cli => return Ok(()),
+            Kind::Cli | Kind::Serve => return Ok(()),
         };
         // Each process's stderr goes to a log beside its record: the campaign's own output
         // stays the summary (its last line is read by scripts).
@@ -490,13 +693,135 @@ impl Campaign {
         Ok(())
     }
 
-    async fn stop_worker(&mut self, c: usize) {
+    /// Stop process `c` (kill -9). A killed HTTP lease holder's record gets the `rel` line it
+    /// could not write: its server releases the lease as soon as its connection closes, so
+    /// the instant just before the kill ends its tenure (see `worker.rs`).
+    async fn stop_worker(&mut self, c: usize) -> Result<(), String> {
         if let Some(mut child) = self.clients[c].child.take() {
             if let Some(pid) = child.id() {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
             }
+            let killed_at = monotonic_ns();
             let _ = child.start_kill();
             let _ = child.wait().await;
+            if self.clients[c].kind == Kind::HttpLocks {
+                if let Some(path) = self.clients[c].records.last() {
+                    end_open_tenure(path, killed_at)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How to start `serve` process `v` (its next incarnation).
+    fn serve_spawn(&mut self, v: usize) -> ServeSpawn {
+        let slot = self.serves.get(v).map_or(v, |s| s.slot);
+        let envs = self.clients[slot].envs(&self.nodes);
+        let s = &mut self.clients[slot];
+        let log = self.dir.join(format!("{}.{}.log", s.name, s.incarnations));
+        s.incarnations += 1;
+        ServeSpawn {
+            program: self.opts.redquorum.clone(),
+            nodes: self.nodes.urls().join(","),
+            envs,
+            name: s.name.clone(),
+            log,
+        }
+    }
+
+    /// Start `serve` process `v` (client slot `slot`) on a free port, wait until it listens,
+    /// and write its URL file.
+    async fn start_serve(&mut self, v: usize, slot: usize) -> Result<(), String> {
+        let url_file = self.dir.join(format!("serve-{v}.url"));
+        self.serves.push(ServeAt {
+            slot,
+            port: 0,
+            url_file: url_file.clone(),
+            restarting: None,
+        });
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            match self.serve_spawn(v).spawn(port).await {
+                Ok((child, url)) => {
+                    write_url_file(&url_file, &url)?;
+                    self.serves[v].port = port;
+                    self.clients[slot].child = Some(child);
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(format!("serve process {v} did not start: {last}"))
+    }
+
+    /// Start killed `serve` process `v` again, in the background (its start waits for a
+    /// majority of nodes to answer, which the nemesis must not wait for): on its port, tried
+    /// again while it fails (the port not free yet, or no cluster readable: a majority of
+    /// nodes wiped and not yet repaired) for 5 s, then on another port (whose URL its callers
+    /// read from the URL file), for up to a minute. [`Campaign::settle_serves`] takes the
+    /// process over.
+    fn restart_serve(&mut self, v: usize) {
+        let spawn = self.serve_spawn(v);
+        let (port, url_file) = (self.serves[v].port, self.serves[v].url_file.clone());
+        self.serves[v].restarting = Some(tokio::spawn(async move {
+            let begun = Instant::now();
+            let mut last = String::new();
+            while begun.elapsed() < Duration::from_secs(60) {
+                let on = if begun.elapsed() < Duration::from_secs(5) {
+                    port
+                } else {
+                    free_port()?
+                };
+                match spawn.spawn(on).await {
+                    Ok((child, url)) => {
+                        write_url_file(&url_file, &url)?;
+                        return Ok((child, on));
+                    }
+                    Err(e) => last = e,
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(last)
+        }));
+    }
+
+    /// Take over the `serve` processes restarted in the background: those whose start ended
+    /// (all of them, waiting, with `wait`; only `v` with `only`).
+    async fn settle_serves(&mut self, wait: bool, only: Option<usize>) {
+        for v in 0..self.serves.len() {
+            if only.is_some_and(|o| o != v) {
+                continue;
+            }
+            let Some(handle) = self.serves[v].restarting.take() else {
+                continue;
+            };
+            if !wait && !handle.is_finished() {
+                self.serves[v].restarting = Some(handle);
+                continue;
+            }
+            match handle.await {
+                Ok(Ok((child, port))) => {
+                    if port != self.serves[v].port {
+                        *self
+                            .aims_missed
+                            .entry("serve kill -9 + restart, of which restarted on another port")
+                            .or_default() += 1;
+                        self.serves[v].port = port;
+                    }
+                    let slot = self.serves[v].slot;
+                    self.clients[slot].child = Some(child);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!("campaign: serve process {v} did not restart: {e}");
+                    *self
+                        .aims_missed
+                        .entry("serve kill -9 + restart, of which not restarted within a minute")
+                        .or_default() += 1;
+                }
+                Err(e) if e.is_cancelled() => {}
+                Err(e) => tracing::warn!("campaign: serve process {v}'s restart: {e}"),
+            }
         }
     }
 
@@ -527,6 +852,7 @@ impl Campaign {
         let mut since = 0u64;
         for (t, start, i) in events {
             tokio::time::sleep_until(t0 + t).await;
+            self.settle_serves(false, None).await;
             let fault = plan[i].fault;
             tracing::info!(at = ?t, %fault, start, "nemesis");
             if start {
@@ -583,10 +909,38 @@ impl Campaign {
             Fault::Latency(c, n, ms) => {
                 self.clients[c].proxies[n].set_latency(Duration::from_millis(ms))
             }
-            Fault::ClientKill(c) => self.stop_worker(c).await,
+            Fault::ClientKill(c) => self.stop_worker(c).await?,
+            Fault::ServeKill(v) => {
+                // A restart still under way is killed with it.
+                if let Some(restarting) = &self.serves[v].restarting {
+                    restarting.abort();
+                }
+                self.settle_serves(true, Some(v)).await;
+                let slot = self.serves[v].slot;
+                self.stop_worker(slot).await?;
+            }
+            Fault::ServeFreeze(v) => {
+                self.settle_serves(true, Some(v)).await;
+                self.signal_worker(self.serves[v].slot, Signal::SIGSTOP)
+            }
+            Fault::ServeFreezeHolding(v, c) => {
+                self.settle_serves(true, Some(v)).await;
+                // Longer than a holder process's aim: an HTTP holder holds less often (an
+                // acquisition that had to wait arrives with its validity spent: see `worker.rs`).
+                let holding = self.until_holding(c, Duration::from_secs(5)).await;
+                if !holding {
+                    *self
+                        .aims_missed
+                        .entry("serve SIGSTOP with its lease holder (aimed), of which the holder not seen holding in 5 s (frozen anyway)")
+                        .or_default() += 1;
+                }
+                self.signal_worker(c, Signal::SIGSTOP);
+                self.signal_worker(self.serves[v].slot, Signal::SIGSTOP);
+                self.serve_frozen.insert(c, (Instant::now(), holding));
+            }
             Fault::ClientFreeze(c) => {
                 let holder = self.clients[c].kind == Kind::Locks;
-                let holding = holder && self.until_holding(c).await;
+                let holding = holder && self.until_holding(c, Duration::from_secs(2)).await;
                 self.signal_worker(c, Signal::SIGSTOP);
                 if holder {
                     self.frozen.insert(c, (Instant::now(), holding));
@@ -694,14 +1048,14 @@ impl Campaign {
         false
     }
 
-    /// A targeted freeze: wait (up to 2 s) until lease holder `c` holds the lease (its record
-    /// ends with an acquisition or a write), so the freeze lands between its check and its
-    /// next write, where a late write needs the fencing.
-    async fn until_holding(&self, c: usize) -> bool {
+    /// A targeted freeze: wait (up to `within`) until lease holder `c` holds the lease (its
+    /// record ends with an acquisition or a write), so the freeze lands between its check and
+    /// its next write, where a late write needs the fencing.
+    async fn until_holding(&self, c: usize, within: Duration) -> bool {
         let Some(path) = self.clients[c].records.last() else {
             return false;
         };
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             let len = file_len(path);
             let text = read_from(path, len.saturating_sub(512));
@@ -759,6 +1113,18 @@ impl Campaign {
             }
             Fault::Latency(c, n, _) => self.clients[c].proxies[n].set_latency(Duration::ZERO),
             Fault::ClientKill(c) => self.spawn_worker(c)?,
+            Fault::ServeKill(v) => self.restart_serve(v),
+            Fault::ServeFreeze(v) => self.signal_worker(self.serves[v].slot, Signal::SIGCONT),
+            Fault::ServeFreezeHolding(v, c) => {
+                self.signal_worker(c, Signal::SIGCONT);
+                self.signal_worker(self.serves[v].slot, Signal::SIGCONT);
+                if let Some((at, holding)) = self.serve_frozen.remove(&c) {
+                    if at.elapsed() >= crate::worker::LEASE_TTL {
+                        self.serve_holder_freezes.0 += 1;
+                        self.serve_holder_freezes.1 += u64::from(holding);
+                    }
+                }
+            }
             Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
                 self.signal_worker(c, Signal::SIGCONT);
                 if let Some((at, holding)) = self.frozen.remove(&c) {
@@ -771,6 +1137,60 @@ impl Campaign {
         }
         Ok(())
     }
+}
+
+/// A free 127.0.0.1 port below Linux's ephemeral range (32768-60999, as the test kit's node
+/// ports), so the port of a killed `serve` process is not taken by some outgoing connection
+/// before it restarts on it.
+fn free_port() -> Result<u16, String> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    for _ in 0..1000 {
+        let port = rng.random_range(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port in 20000..32000 on 127.0.0.1".into())
+}
+
+/// Write a `serve` process's base URL to its URL file, whole (written aside, then renamed).
+fn write_url_file(path: &Path, url: &str) -> Result<(), String> {
+    let aside = path.with_extension("url.new");
+    std::fs::write(&aside, format!("{url}\n"))
+        .and_then(|()| std::fs::rename(&aside, path))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// End the open tenure of a killed HTTP lease holder's record (its last `acq` without a `rel`
+/// after it) with a `rel` line at `at`; a partial last line (killed mid-write) is dropped
+/// first, as the parser would.
+fn end_open_tenure(path: &Path, at: u64) -> Result<(), String> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(fail)?;
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    let mut open = None;
+    for line in text[..whole].lines() {
+        let mut fields = line.split('\t');
+        match fields.next() {
+            Some("acq") => open = fields.nth(2).map(String::from),
+            Some("rel") => open = None,
+            _ => {}
+        }
+    }
+    let Some(token) = open else {
+        return Ok(());
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(fail)?;
+    file.set_len(whole as u64).map_err(fail)?;
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::End(0)).map_err(fail)?;
+    file.write_all(format!("rel\t{at}\t{token}\n").as_bytes())
+        .map_err(fail)
 }
 
 /// The length of a record file (0 if unreadable).
@@ -796,7 +1216,7 @@ fn read_from(path: &Path, from: u64) -> String {
 async fn cli_loop(
     redquorum: PathBuf,
     urls: Vec<String>,
-    envs: [(String, String); 2],
+    envs: Vec<(String, String)>,
     seed: u64,
     until: Instant,
 ) -> Vec<Call> {
@@ -831,4 +1251,33 @@ async fn cli_loop(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_killed_http_holders_open_tenure_is_ended_at_the_kill() {
+        let dir = std::env::temp_dir().join(format!("rq-campaign-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("h.rec");
+        // Released, then acquired again and killed mid-write.
+        let text =
+            "acq\t10\t20\t7\t900\nrel\t30\t7\nacq\t40\t50\t8\t950\nw\t60\t70\t8\t1\t950\nw\t8";
+        std::fs::write(&path, text).expect("written");
+        end_open_tenure(&path, 80).expect("ended");
+        let mut h = history::LeaseHistory::default();
+        let ended = std::fs::read_to_string(&path).expect("read");
+        history::parse_leases("h", &ended, &mut h).expect("parses");
+        assert_eq!(
+            h.tenures,
+            vec![("h".into(), 7, 20, 30), ("h".into(), 8, 50, 80)],
+            "{ended:?}"
+        );
+        // Nothing open: nothing added.
+        end_open_tenure(&path, 90).expect("ended");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), ended);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

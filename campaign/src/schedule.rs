@@ -1,7 +1,8 @@
 //! The nemesis's schedule, pure: a seeded list of faults with their start and duration, never
 //! more than a minority of nodes faulty for any client at any instant (node faults count for
-//! every client; a client's network faults count for that client only). The same seed and the
-//! same settings give the same schedule.
+//! every client; a client's network faults count for that client only; the `redquorum serve`
+//! processes are clients of the nodes like the others, and the processes that call them over
+//! HTTP reach no node). The same seed and the same settings give the same schedule.
 
 use std::fmt;
 use std::time::Duration;
@@ -50,6 +51,19 @@ pub enum Fault {
     /// holder gets the lease from the two nodes that lack it while the frozen one still
     /// holds it.
     WipeAfterMissedGrant(usize, usize, usize),
+    /// `redquorum serve` process `0`: kill -9, started again on its port at the end (its
+    /// callers' streams end at once; its leases are taken over after their TTL).
+    ServeKill(usize),
+    /// `serve` process `0`: SIGSTOP, SIGCONT at the end (its leases lapse and are taken over;
+    /// its callers' calls wait).
+    ServeFreeze(usize),
+    /// Aimed at a lease held through `serve` process `0`: wait (up to 2 s) until HTTP lease
+    /// holder `1` (a caller of that server) holds its lease, freeze the holder (SIGSTOP) and
+    /// then the server, for the duration (past the TTL); at the end thaw the holder, then the
+    /// server. Both paused, as when the host they share is: the lease lapses and another holder
+    /// takes it over and writes; the thawed holder's write comes late with the older token,
+    /// which the fencing must refuse, and its validity must have ended before the takeover.
+    ServeFreezeHolding(usize, usize),
 }
 
 impl Fault {
@@ -69,6 +83,19 @@ impl Fault {
             Fault::ClientKill(_) => "client kill -9",
             Fault::ClientFreeze(_) => "client SIGSTOP",
             Fault::WipeAfterMissedGrant(..) => "wipe after a missed grant",
+            Fault::ServeKill(_) => "serve kill -9 + restart",
+            Fault::ServeFreeze(_) => "serve SIGSTOP",
+            Fault::ServeFreezeHolding(..) => "serve SIGSTOP with its lease holder (aimed)",
+        }
+    }
+
+    /// The `serve` process this fault hits.
+    pub fn serve(&self) -> Option<usize> {
+        match *self {
+            Fault::ServeKill(v) | Fault::ServeFreeze(v) | Fault::ServeFreezeHolding(v, _) => {
+                Some(v)
+            }
+            _ => None,
         }
     }
 
@@ -86,15 +113,20 @@ impl Fault {
             Fault::Partition(c, n) | Fault::DropReplies(c, n) | Fault::Latency(c, n, _) => {
                 Some((n, Some(c)))
             }
-            Fault::ClientKill(_) | Fault::ClientFreeze(_) => None,
+            Fault::ClientKill(_)
+            | Fault::ClientFreeze(_)
+            | Fault::ServeKill(_)
+            | Fault::ServeFreeze(_)
+            | Fault::ServeFreezeHolding(..) => None,
         }
     }
 
     fn client(&self) -> Option<usize> {
         match *self {
-            Fault::ClientKill(c) | Fault::ClientFreeze(c) | Fault::WipeAfterMissedGrant(c, ..) => {
-                Some(c)
-            }
+            Fault::ClientKill(c)
+            | Fault::ClientFreeze(c)
+            | Fault::WipeAfterMissedGrant(c, ..)
+            | Fault::ServeFreezeHolding(_, c) => Some(c),
             _ => None,
         }
     }
@@ -122,6 +154,12 @@ impl fmt::Display for Fault {
             Fault::WipeAfterMissedGrant(c, m, w) => write!(
                 f,
                 "cut holder {c} off from node {m} until it acquires, freeze it, wipe node {w}"
+            ),
+            Fault::ServeKill(v) => write!(f, "kill -9 serve process {v}"),
+            Fault::ServeFreeze(v) => write!(f, "freeze serve process {v}"),
+            Fault::ServeFreezeHolding(v, c) => write!(
+                f,
+                "freeze HTTP holder {c} while it holds, and its serve process {v}"
             ),
         }
     }
@@ -155,6 +193,22 @@ pub struct Settings {
     pub beyond_minority: bool,
     /// The clients `holders.0..holders.1` are lease holders (aimed faults need one).
     pub holders: (usize, usize),
+    /// `redquorum serve` processes (the `serve` faults hit them; their node connections are
+    /// clients among `clients`).
+    pub serves: usize,
+    /// The clients `http_callers.0..http_callers.1` are processes that call a `serve` process
+    /// and reach no node (no network fault is drawn for them; client faults are).
+    pub http_callers: (usize, usize),
+    /// Of those, `http_holders.0..http_holders.1` hold leases through a `serve` process:
+    /// holder `c` through [`Settings::serve_of`]`(c)`.
+    pub http_holders: (usize, usize),
+}
+
+impl Settings {
+    /// The `serve` process HTTP lease holder `c` calls: they alternate between the servers.
+    pub fn serve_of(&self, c: usize) -> usize {
+        c.saturating_sub(self.http_holders.0) % self.serves.max(1)
+    }
 }
 
 /// Draw the schedule for `seed`.
@@ -171,10 +225,12 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
             | Fault::Flush(_)
             | Fault::FlushMidRepair(_)
             | Fault::FlushAfterBeat(_) => rng.random_range(1_500..=3_000),
-            Fault::ClientFreeze(_) | Fault::WipeAfterMissedGrant(..) => {
-                rng.random_range(2_000..=5_000)
-            }
+            Fault::ClientFreeze(_)
+            | Fault::WipeAfterMissedGrant(..)
+            | Fault::ServeFreeze(_)
+            | Fault::ServeFreezeHolding(..) => rng.random_range(2_000..=5_000),
             Fault::ClientKill(_) => rng.random_range(200..=1_000),
+            Fault::ServeKill(_) => rng.random_range(300..=1_500),
             _ => rng.random_range(300..=2_500),
         });
         if let Fault::WipeAfterMissedGrant(..) = fault {
@@ -202,6 +258,7 @@ pub fn draw(seed: u64, s: &Settings) -> Vec<Planned> {
         t += Duration::from_millis(rng.random_range(mean / 2..=mean * 3 / 2));
     }
     every_data_loss(&mut out);
+    every_serve_fault(&mut out, s);
     out
 }
 
@@ -234,9 +291,62 @@ fn every_data_loss(plan: &mut [Planned]) {
     }
 }
 
+/// Make sure every kind of `serve` fault is played at least once (when there are `serve`
+/// processes), however short the campaign: a kind the draw missed replaces a network fault
+/// (one node faulty for one client the less: the minority rule still holds), the earliest one
+/// where it fits (no other fault on the same `serve` process, nor on its holder, meanwhile).
+fn every_serve_fault(plan: &mut [Planned], s: &Settings) {
+    if s.serves == 0 {
+        return;
+    }
+    let mut wanted = vec![
+        (Fault::ServeKill(0), Duration::from_millis(1_000)),
+        (
+            Fault::ServeFreeze(s.serves - 1),
+            Duration::from_millis(3_000),
+        ),
+    ];
+    if s.http_holders.1 > s.http_holders.0 {
+        let c = s.http_holders.0;
+        wanted.push((
+            Fault::ServeFreezeHolding(s.serve_of(c), c),
+            Duration::from_millis(3_000),
+        ));
+    }
+    for (fault, lasts) in wanted {
+        if plan.iter().any(|p| p.fault.kind() == fault.kind()) {
+            continue;
+        }
+        let fits = |i: usize, plan: &[Planned]| {
+            let (at, end) = (plan[i].at, plan[i].at + lasts);
+            plan.iter().enumerate().all(|(j, q)| {
+                j == i
+                    || q.at >= end
+                    || q.at + q.lasts <= at
+                    || (q.fault.serve().is_none_or(|v| Some(v) != fault.serve())
+                        && q.fault.client().is_none_or(|c| Some(c) != fault.client()))
+            })
+        };
+        let found = (0..plan.len()).find(|&i| {
+            matches!(
+                plan[i].fault,
+                Fault::Partition(..) | Fault::DropReplies(..) | Fault::Latency(..)
+            ) && fits(i, plan)
+        });
+        if let Some(i) = found {
+            plan[i].fault = fault;
+            plan[i].lasts = lasts;
+        }
+    }
+}
+
 fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
     let node = rng.random_range(0..s.nodes);
-    let client = rng.random_range(0..s.clients.max(1));
+    // A network fault's client: any but the HTTP callers (they reach no node).
+    let (h0, h1) = s.http_callers;
+    let http = h1.saturating_sub(h0);
+    let client = rng.random_range(0..s.clients.saturating_sub(http).max(1));
+    let client = if client >= h0 { client + http } else { client };
     match rng.random_range(0..100) {
         0..13 => Fault::Kill(node),
         13..23 => Fault::Freeze(node),
@@ -261,7 +371,20 @@ fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
         }
         50..62 => Fault::Partition(client, node),
         62..72 => Fault::DropReplies(client, node),
-        72..80 => Fault::Latency(client, node, rng.random_range(20..=300)),
+        72..77 => Fault::Latency(client, node, rng.random_range(20..=300)),
+        77..80 if s.serves > 0 => {
+            let serve = rng.random_range(0..s.serves);
+            match rng.random_range(0..3) {
+                0 => Fault::ServeKill(serve),
+                1 => Fault::ServeFreeze(serve),
+                _ if s.http_holders.1 > s.http_holders.0 => {
+                    let c = rng.random_range(s.http_holders.0..s.http_holders.1);
+                    Fault::ServeFreezeHolding(s.serve_of(c), c)
+                }
+                _ => Fault::ServeFreeze(serve),
+            }
+        }
+        77..80 => Fault::Latency(client, node, rng.random_range(20..=300)),
         80..90 if s.processes > 0 => Fault::ClientKill(rng.random_range(0..s.processes)),
         // Half the freezes are aimed at lease holders (frozen past their TTL while holding).
         90.. if s.holders.1 > s.holders.0 && rng.random_bool(0.5) => {
@@ -276,6 +399,13 @@ fn pick(rng: &mut StdRng, s: &Settings) -> Fault {
 /// stay within a minority (unless beyond it), one fault per node or client at a time.
 fn admissible(fault: &Fault, active: &[&Planned], s: &Settings, minority: usize) -> bool {
     let aimed = |f: &Fault| matches!(f, Fault::WipeAfterMissedGrant(..));
+    // One fault per `serve` process at a time.
+    if fault
+        .serve()
+        .is_some_and(|v| active.iter().any(|p| p.fault.serve() == Some(v)))
+    {
+        return false;
+    }
     if let Some(c) = fault.client() {
         if active.iter().any(|p| p.fault.client() == Some(c)) {
             return false;
@@ -359,15 +489,20 @@ pub fn faulty_at(plan: &[Planned], t: Duration, client: usize) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    /// Clients: an ID process, two holders, an HTTP ID caller, two HTTP holders, the CLI, two
+    /// `serve` processes.
     fn settings(nodes: usize) -> Settings {
         Settings {
             nodes,
-            clients: 4,
-            processes: 3,
+            clients: 9,
+            processes: 6,
             duration: Duration::from_secs(600),
             gap: Duration::from_millis(700),
             beyond_minority: false,
             holders: (1, 3),
+            serves: 2,
+            http_callers: (3, 6),
+            http_holders: (4, 6),
         }
     }
 
@@ -400,18 +535,22 @@ mod tests {
     }
 
     /// The `--long` campaign's settings (3 ID workers, 8 holders, 3 + 3 members, 2 runners,
-    /// the CLI client) draw at least the faults the README's figures promise, whatever the
-    /// seed: 200 faults, 50 node clock steps, 100 holder freezes past their TTL.
+    /// 2 + 2 HTTP callers, the CLI client, 2 `serve` processes) draw at least the faults the
+    /// README's figures promise, whatever the seed: 200 faults, 50 node clock steps, 100
+    /// holder freezes past their TTL.
     #[test]
     fn a_long_campaign_draws_the_faults_its_figures_promise() {
         let s = Settings {
             nodes: 3,
-            clients: 20,
-            processes: 19,
+            clients: 26,
+            processes: 23,
             duration: Duration::from_secs(20 * 60),
             gap: Duration::from_millis(600),
             beyond_minority: false,
             holders: (3, 11),
+            serves: 2,
+            http_callers: (19, 23),
+            http_holders: (21, 23),
         };
         for seed in [1, 2, 3, 42, 2026] {
             let plan = draw(seed, &s);
@@ -514,6 +653,76 @@ mod tests {
     fn every_kind_of_fault_is_drawn() {
         let plan = draw(1, &settings(3));
         let kinds: std::collections::BTreeSet<&str> = plan.iter().map(|p| p.fault.kind()).collect();
-        assert_eq!(kinds.len(), 13, "{kinds:?}");
+        assert_eq!(kinds.len(), 16, "{kinds:?}");
+    }
+
+    /// The quick campaign's settings (3 ID workers, 3 holders, 3 + 3 members, 2 runners, 2 + 2
+    /// HTTP callers, the CLI, 2 `serve` processes; a minute): every `serve` fault is played,
+    /// never two at once on one server, an aimed one on a holder of that server and on no
+    /// holder another client fault hits meanwhile; no network fault on an HTTP caller.
+    #[test]
+    fn every_serve_fault_is_played_in_a_quick_campaign_one_at_a_time_per_server() {
+        let s = Settings {
+            nodes: 3,
+            clients: 21,
+            processes: 18,
+            duration: Duration::from_secs(60),
+            gap: Duration::from_millis(600),
+            beyond_minority: false,
+            holders: (3, 6),
+            serves: 2,
+            http_callers: (14, 18),
+            http_holders: (16, 18),
+        };
+        let overlap = |a: &Planned, b: &Planned| a.at < b.at + b.lasts && b.at < a.at + a.lasts;
+        for seed in 0..50 {
+            let plan = draw(seed, &s);
+            for kind in [
+                Fault::ServeKill(0),
+                Fault::ServeFreeze(0),
+                Fault::ServeFreezeHolding(0, 16),
+            ] {
+                assert!(
+                    plan.iter().any(|p| p.fault.kind() == kind.kind()),
+                    "seed {seed}: no {}",
+                    kind.kind()
+                );
+            }
+            for (i, a) in plan.iter().enumerate() {
+                if let Fault::Partition(c, _) | Fault::DropReplies(c, _) | Fault::Latency(c, ..) =
+                    a.fault
+                {
+                    assert!(
+                        !(14..18).contains(&c),
+                        "seed {seed}: {} hits an HTTP caller",
+                        a.fault
+                    );
+                }
+                if let Fault::ServeFreezeHolding(v, c) = a.fault {
+                    assert!(
+                        (16..18).contains(&c) && s.serve_of(c) == v,
+                        "seed {seed}: {}",
+                        a.fault
+                    );
+                }
+                for b in &plan[i + 1..] {
+                    if !overlap(a, b) {
+                        continue;
+                    }
+                    assert!(
+                        a.fault.serve().is_none() || a.fault.serve() != b.fault.serve(),
+                        "seed {seed}: {} overlaps {}",
+                        a.fault,
+                        b.fault
+                    );
+                    assert!(
+                        a.fault.client().is_none() || a.fault.client() != b.fault.client(),
+                        "seed {seed}: {} overlaps {}",
+                        a.fault,
+                        b.fault
+                    );
+                }
+            }
+        }
     }
 }
