@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a benchmark against local redis-server nodes (installs Debian's redis-server if
 # missing; for the ID profile's fsync counts, Debian's linux-perf if it can).
-# Usage: scripts/bench.sh ids|locks|membership|repair|memory|distribution [--quick] [--nodes N]
+# Usage: scripts/bench.sh ids|locks|membership|repair|memory|distribution|serve [--quick] [--nodes N]
 #        scripts/bench.sh etcd [--quick]
 # `etcd` compares with etcd 3.4 (three members on loopback) through the etcd-client crate:
 # the crate etcd-bench/, outside the workspace; it installs Debian's etcd-server and protoc
@@ -30,4 +30,7 @@ if [ "$bench" = etcd ]; then
         protobuf-compiler libprotobuf-dev
     exec cargo run --release --manifest-path etcd-bench/Cargo.toml -- "$@"
 fi
-cargo bench --bench "$bench" -- "$@"
+# `serve` (IDs through `redquorum serve`) is the CLI crate's; the others are the library's.
+package=redquorum
+if [ "$bench" = serve ]; then package=redquorum-cli; fi
+cargo bench -p "$package" --bench "$bench" -- "$@"
