@@ -44,8 +44,16 @@ pub async fn connect(config: Config) -> Result<Client, redquorum::Error> {
     };
     if first {
         // Where it cannot set up (a node down, another cluster's nodes), `connect` says why.
-        if let Err(e) = Client::init_cluster(config.clone()).await {
-            tracing::info!("cluster init before the first connect: {e}");
+        // A node of a just-started container may miss the first deadline on a loaded machine
+        // (init needs every node): a few tries.
+        for attempt in 1..=3 {
+            match Client::init_cluster(config.clone()).await {
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::info!("cluster init before the first connect (try {attempt}): {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
+            }
         }
     }
     Client::connect(config).await
