@@ -2,6 +2,7 @@
 # Runs a benchmark against local redis-server nodes (installs Debian's redis-server if
 # missing; for the ID profile's fsync counts, Debian's linux-perf if it can).
 # Usage: scripts/bench.sh ids|locks|membership|repair|memory|distribution|serve [--quick] [--nodes N]
+#        scripts/bench.sh serve [--etcd]   (IDs through `redquorum serve`; --etcd: beside etcd's JSON gateway)
 #        scripts/bench.sh etcd [--quick]
 # `etcd` compares with etcd 3.4 (three members on loopback) through the etcd-client crate:
 # the crate etcd-bench/, outside the workspace; it installs Debian's etcd-server and protoc
@@ -32,5 +33,11 @@ if [ "$bench" = etcd ]; then
 fi
 # `serve` (IDs through `redquorum serve`) is the CLI crate's; the others are the library's.
 package=redquorum
-if [ "$bench" = serve ]; then package=redquorum-cli; fi
+if [ "$bench" = serve ]; then
+    package=redquorum-cli
+    # `serve --etcd` adds etcd's JSON gateway to the same run.
+    for arg in "$@"; do
+        if [ "$arg" = --etcd ]; then install_missing "command -v etcd" etcd-server; fi
+    done
+fi
 cargo bench -p "$package" --bench "$bench" -- "$@"

@@ -17,6 +17,10 @@
 //! gap between the two paths can be read as HTTP work or as lost sharing. In the "HTTP alone"
 //! rows the IDs/s column counts calls.
 //!
+//! With `--etcd` (`scripts/bench.sh serve --etcd` installs Debian's etcd-server) the same run
+//! also measures etcd 3.4's JSON gateway: `POST /v3/kv/put`, the revision as the ID, three
+//! members on loopback (`etcd_gateway.rs`), the HTTP answer to the same question.
+//!
 //! Run: `scripts/bench.sh serve` (or `cargo bench -p redquorum-cli --bench serve`; `-- --quick`
 //! for a short run, `-- --nodes 5` for five nodes; three by default). Figures are ratios within
 //! one run; absolute numbers depend on the machine (the client, the server and the nodes share
@@ -34,6 +38,8 @@ use tokio::process::Command;
 
 // The library crate's bench helpers (the timed concurrent loop, node counters, `connect`),
 // compiled into this bench as they are into the library's.
+#[path = "support/etcd_gateway.rs"]
+mod etcd_gateway;
 #[path = "../../benches/support/mod.rs"]
 mod support;
 use support::{measure, Figures};
@@ -254,6 +260,17 @@ async fn main() {
         .build()
         .expect("http client");
 
+    let etcd = if std::env::args().any(|a| a == "--etcd") {
+        let etcd = etcd_gateway::start(&http).await;
+        println!(
+            "etcd: {} (3 members on loopback, JSON gateway)",
+            etcd_gateway::version()
+        );
+        Some(etcd)
+    } else {
+        None
+    };
+
     println!(
         "\n  callers | path                           |    IDs/s | p50 ms  | p99 ms  | failed | cores: bench serve nodes | CPU µs/ID: bench serve nodes | node-0 rounds/ID"
     );
@@ -310,6 +327,23 @@ async fn main() {
             served.f.p50_ms / inproc.f.p50_ms,
             served.f.p99_ms / inproc.f.p99_ms,
         );
+        if let Some(etcd) = &etcd {
+            let endpoint = etcd.endpoints[0].clone();
+            let h = http.clone();
+            let put = cell(&urls, serve_pid, callers, dur, move || {
+                let (h, endpoint) = (h.clone(), endpoint.clone());
+                async move { etcd_gateway::put(&h, &endpoint).await.map(|_| 1) }
+            })
+            .await;
+            row(callers, "etcd gateway put (revision)", &put);
+            println!(
+                "  {callers:>7} | {:<30} | {:>7.2}x | {:>6.2}x | {:>6.2}x |",
+                "ratio serve / etcd gateway",
+                served.f.ids_per_s / put.f.ids_per_s,
+                served.f.p50_ms / put.f.p50_ms,
+                served.f.p99_ms / put.f.p99_ms,
+            );
+        }
         pairs.push((callers, inproc, served, alone));
     }
 
@@ -338,6 +372,7 @@ async fn main() {
     }
     println!("\nload average at the end {}", loadavg());
 
+    drop(etcd);
     let _ = server.kill().await;
     drop(stdout);
     drop(client);
