@@ -176,10 +176,7 @@ async fn drive(
                     let _ = reply.send(answer);
                 }
                 Control::Complete(reply) => {
-                    let _ = reply.send(Err(ApiError::not_supported(format!(
-                        "a {} session cannot be completed (only a periodic job's run can)",
-                        session.kind
-                    ))));
+                    let _ = reply.send(Err(session.cannot_complete()));
                 }
             },
         }

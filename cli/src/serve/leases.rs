@@ -156,17 +156,11 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
                 }
                 other => {
                     held = other;
-                    let _ = reply.send(Err(ApiError::not_supported(format!(
-                        "a {} session cannot be completed (only a periodic job's run can)",
-                        session.kind
-                    ))));
+                    let _ = reply.send(Err(session.cannot_complete()));
                 }
             },
             Next::Control(Control::Drained(_, reply)) => {
-                let _ = reply.send(Err(ApiError::not_supported(format!(
-                    "a {} session has no drains (only group and pool members do)",
-                    session.kind
-                ))));
+                let _ = reply.send(Err(session.has_no_drains()));
             }
             Next::Tick => {
                 let left = ms_left(held.guard().valid_until());

@@ -144,6 +144,22 @@ impl Session {
         json!({"session": self.id, "kind": self.kind, "name": self.name, "liveness": liveness, "state": state})
     }
 
+    /// The answer to `complete` on a session that is not a periodic job's run.
+    pub(crate) fn cannot_complete(&self) -> ApiError {
+        ApiError::not_supported(format!(
+            "a {} session cannot be completed (only a periodic job's run can)",
+            self.kind
+        ))
+    }
+
+    /// The answer to `drained` on a session that is not a group or pool member.
+    pub(crate) fn has_no_drains(&self) -> ApiError {
+        ApiError::not_supported(format!(
+            "a {} session has no drains (only group and pool members do)",
+            self.kind
+        ))
+    }
+
     /// Send a control request to the session's task and wait for its answer.
     pub(crate) async fn request(
         &self,
