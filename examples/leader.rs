@@ -7,7 +7,16 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use redquorum::{Client, Config, Election};
+use redquorum::{Client, Config, Election, LeaderInfo};
+
+/// What the observer's stream said, as a person reads it.
+fn seen(change: Option<Option<LeaderInfo>>) -> String {
+    match change {
+        None => "the stream ended".to_string(),
+        Some(None) => "no leader".to_string(),
+        Some(Some(leader)) => format!("{} leads in term {}", leader.candidate, leader.term),
+    }
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,11 +37,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let watcher = Election::new(&Client::connect(config).await?, &name, ttl, "watcher")?;
     let mut changes = Box::pin(watcher.observe(Duration::from_millis(500)));
-    println!("observer: {:?}", changes.next().await);
+    println!("observer: {}", seen(changes.next().await));
 
     let lead = a.campaign().await?;
     println!("candidate-a leads with term {}", lead.term());
-    println!("observer: {:?}", changes.next().await);
+    println!("observer: {}", seen(changes.next().await));
 
     let waiting = tokio::spawn(async move { b.campaign().await });
     tokio::time::sleep(Duration::from_millis(200)).await;

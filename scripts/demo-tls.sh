@@ -6,6 +6,9 @@
 # TLS, shows that a wrong CA is refused with a clear error, and tears everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The compose file defaults to the official redis image; this machine's kind cannot pull images,
+# so the scripts use the one scripts/build-redis-image.sh builds from Debian's redis-server.
+export REDQUORUM_REDIS_IMAGE="${REDQUORUM_REDIS_IMAGE:-redquorum-redis:7.0}"
 
 compose() {
     if command -v docker-compose >/dev/null 2>&1; then docker-compose -p redquorum-demo-tls -f docker-compose.yml -f docker-compose.tls.yml "$@"
