@@ -269,6 +269,7 @@ static PROBE: std::sync::LazyLock<redis::Script> =
 
 /// A permission the node's user lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Missing {
     /// In ACL form, as `redquorum acl` grants it (`hset`, `config|get`).
     pub permission: String,
@@ -295,6 +296,7 @@ impl fmt::Display for Missing {
 
 /// One node's permission check.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PermissionReport {
     /// Which node.
     pub node: NodeId,
@@ -347,55 +349,13 @@ impl Client {
         if !self.config().attest_fsync_always {
             needed.insert(2, ("config|get", vec![]));
         }
-        let mut argv: Vec<String> = Vec::new();
-        for (permission, _) in &needed {
-            let args = probe_args(permission);
-            argv.push(args.len().to_string());
-            argv.push(permission.to_string());
-            argv.extend(args.into_iter().map(String::from));
-        }
+        let argv = probe_argv(&needed);
         let deadline = self.config().node_timeout;
         let checks = self.inner.nodes.iter().map(|node| {
             let (node, argv, needed) = (node.clone(), argv.clone(), needed.clone());
             async move {
-                let mut invocation = PROBE.prepare_invoke();
-                invocation.arg(argv);
-                let missing = async {
-                    // A connection of its own, not probed: a user that cannot even run the
-                    // safety probe still learns every permission it lacks.
-                    let mut conn = tokio::time::timeout(deadline, node.connect())
-                        .await
-                        .map_err(|_| format!("no connection within {deadline:?}"))?
-                        .map_err(|e| e.to_string())?;
-                    let run = tokio::time::timeout(
-                        deadline,
-                        invocation.invoke_async::<Vec<String>>(&mut conn),
-                    )
-                    .await;
-                    let denied = match run {
-                        Err(_) => return Err(format!("no answer within {deadline:?}")),
-                        Ok(Ok(denied)) => denied,
-                        Ok(Err(e)) => {
-                            let text = node.url.scrub(&e.to_string());
-                            if text.to_ascii_lowercase().contains("noperm") {
-                                let lower = text.to_ascii_lowercase();
-                                let which = if lower.contains("'script|load'")
-                                    || lower.contains("'script'")
-                                {
-                                    "script|load"
-                                } else {
-                                    "evalsha"
-                                };
-                                vec![which.to_string()]
-                            } else {
-                                return Err(text);
-                            }
-                        }
-                    };
-                    if let Some(old) = denied.iter().find(|d| d.starts_with("needs Redis 7")) {
-                        return Err(format!("cannot check permissions: the node {old}"));
-                    }
-                    Ok(denied
+                let missing = denied(&node, argv, deadline).await.map(|denied| {
+                    denied
                         .into_iter()
                         .map(|p| Missing {
                             features: needed
@@ -405,9 +365,8 @@ impl Client {
                                 .unwrap_or_default(),
                             permission: p,
                         })
-                        .collect())
-                }
-                .await;
+                        .collect()
+                });
                 PermissionReport {
                     node: node.id,
                     url: node.url.to_string(),
@@ -417,6 +376,59 @@ impl Client {
         });
         futures::future::join_all(checks).await
     }
+}
+
+/// The probe script's arguments: for each permission, the count of its sample arguments, the
+/// permission, and the arguments.
+fn probe_argv(needed: &[(&'static str, Vec<Feature>)]) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    for (permission, _) in needed {
+        let args = probe_args(permission);
+        argv.push(args.len().to_string());
+        argv.push(permission.to_string());
+        argv.extend(args.into_iter().map(String::from));
+    }
+    argv
+}
+
+/// The permissions of `argv` that `node`'s user lacks, asked by the probe script on a
+/// connection of its own, not probed (a user that cannot even run the safety probe still
+/// learns every permission it lacks). A user that may not run the script itself lacks
+/// `evalsha` or `script|load`; an error says why the node could not be checked.
+async fn denied(
+    node: &crate::node::Node,
+    argv: Vec<String>,
+    deadline: std::time::Duration,
+) -> Result<Vec<String>, String> {
+    let mut invocation = PROBE.prepare_invoke();
+    invocation.arg(argv);
+    let mut conn = tokio::time::timeout(deadline, node.connect())
+        .await
+        .map_err(|_| format!("no connection within {deadline:?}"))?
+        .map_err(|e| e.to_string())?;
+    let run =
+        tokio::time::timeout(deadline, invocation.invoke_async::<Vec<String>>(&mut conn)).await;
+    let denied = match run {
+        Err(_) => return Err(format!("no answer within {deadline:?}")),
+        Ok(Ok(denied)) => denied,
+        Ok(Err(e)) => {
+            let text = node.url.scrub(&e.to_string());
+            if !text.to_ascii_lowercase().contains("noperm") {
+                return Err(text);
+            }
+            let lower = text.to_ascii_lowercase();
+            let which = if lower.contains("'script|load'") || lower.contains("'script'") {
+                "script|load"
+            } else {
+                "evalsha"
+            };
+            vec![which.to_string()]
+        }
+    };
+    if let Some(old) = denied.iter().find(|d| d.starts_with("needs Redis 7")) {
+        return Err(format!("cannot check permissions: the node {old}"));
+    }
+    Ok(denied)
 }
 
 #[cfg(test)]

@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+/// The monotonic instant every time-taking decision is given: tokio's, so that tests under
+/// `tokio::time::pause` move it. The pure decision cores import it from here (they take
+/// instants as parameters and never read a clock; only I/O layers call `Instant::now`).
+pub(crate) use tokio::time::Instant;
 
 /// Time since boot, suspended time included (`CLOCK_BOOTTIME`). On systems without it, time
 /// since the first call on the monotonic clock.

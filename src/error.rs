@@ -119,6 +119,7 @@ impl Error {
 
 /// A quorum operation that did not reach a majority, with each node's problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NoQuorum {
     /// The operation.
     pub op: &'static str,
@@ -136,6 +137,7 @@ pub struct NoQuorum {
 
 /// Why one node did not count.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeProblem {
     /// Which node.
     pub node: NodeId,

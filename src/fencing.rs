@@ -64,6 +64,7 @@ impl std::str::FromStr for FencingToken {
 
 /// What the resource said about a fenced write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a stale write was refused: branch on the verdict"]
 pub enum FencedWrite {
     /// Applied; the resource now remembers this token as the highest.
     Applied,

@@ -165,6 +165,16 @@ impl KeyKind {
     }
 }
 
+/// The first field of a repair's blocker, a lease value no client holds,
+/// `repair-blocker:<token>:<holder>`: written where a repair's sources held different holders'
+/// copies of a lock key (`repair::plan`, also by `restore.lua`), and recognised by
+/// `Lock::holder` as nobody's lease.
+pub(crate) const BLOCKER_PREFIX: &str = "repair-blocker";
+
+/// The holder part of a repair's blocker (see [`BLOCKER_PREFIX`]).
+pub(crate) const BLOCKER_HOLDER: &str =
+    "unknown: restored by a repair whose sources held different holders";
+
 /// The unit lists of member `id` in `pool`: `rq:plist:<pool length>:<pool>:<id>`. The length
 /// prefix keeps two (pool, id) pairs from ever naming one key, whatever `:` they contain.
 pub(crate) fn pool_list_key(pool: &Name, id: &str) -> String {

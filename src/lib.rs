@@ -92,16 +92,14 @@ pub use distribution::{
     distribution_table, pool_table, MemberWeight, PoolMember, PoolOptions, PoolSettings, PoolTable,
     TableInputs, UnitTable, Units, MAX_WEIGHT,
 };
-pub use election::{
-    Election, JobOptions, JobOutcome, LeadSummary, LeaderInfo, Leadership, PeriodRun, PeriodStart,
-    PeriodicJob,
-};
+pub use election::{Election, LeadSummary, LeaderInfo, Leadership};
 pub use error::{Error, NoQuorum, NodeProblem};
 pub use fencing::{fenced_set, FencedWrite, FencingToken};
 pub use id::{
     IdGenerator, IdOptions, DEFAULT_LOOKAHEAD, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_JUMP,
     MAX_IDS_PER_CALL, MAX_LOOKAHEAD,
 };
+pub use jobs::{JobOptions, JobOutcome, PeriodRun, PeriodStart, PeriodicJob};
 pub use keys::{Name, NameError, KEY_PREFIX, MAX_NAME_BYTES};
 pub use lease::MAX_DRIFT_RATE;
 pub use lock::{Holder, LeaseStatus, Lock, LockGuard, LockOptions, LossReason, MAX_TTL, MIN_TTL};
@@ -115,3 +113,11 @@ pub use quorum::{Decision, Majority, NodeId, NodeOutcome, NodeResult, Tally, Unk
 pub use repair::{ClusterChange, ClusterInit};
 pub use safety::{clock_skews, Finding, NodeReport, Probe, Severity};
 pub use scripts::{FENCED_SET_LUA, VALUE_LIMIT};
+/// The cancellation token the work closures receive and [`Election::lead`] takes for shutdown
+/// (re-exported from `tokio-util`, so callers need not depend on it).
+pub use tokio_util::sync::CancellationToken;
+
+/// The README's Rust blocks, compiled as doc tests: a quickstart that stops building fails CI.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -12,24 +12,7 @@
 //! in the configured node list (`0`, `1`, ...; never its URL, which may carry a password), or
 //! one word of a fixed set. No lock, sequence, group or pool name is ever a label.
 //!
-//! | metric | type | labels | when it moves |
-//! |---|---|---|---|
-//! | `redquorum_quorum_operations_total` | counter | `kind`, `outcome` | once per quorum operation (one fan-out to the voting nodes, or to the nodes a repair asks), when it ends. `kind` is the operation's static name (`lock.acquire`, `lock.extend`, `id.next`, `id.read`, `group.view.read`, `repair.census`, ...). `outcome`: `ok` (a majority applied), `conflict` (no majority, and some node refused: a held lock, a stale marker, a lower proposal), `error` (no majority, no refusal, some node sent an error reply), `no_quorum` (no majority: too few nodes answered in time). For a batched call (`id.next`, `id.read`, `lock.extend`), the call's outcome: `ok` when a majority of nodes ran it; each item's verdict is in the ID and lease metrics. An operation that asks only some nodes (a repair's `repair.claim`, `repair.scan`, `repair.write`, `repair.mark`) is `ok` when every node it asked applied it, and is otherwise judged by those nodes' answers. |
-//! | `redquorum_quorum_operation_seconds` | histogram | `kind` | the same operations' duration, from the send to the decision (or to the last awaited node). |
-//! | `redquorum_node_requests_total` | counter | `node`, `outcome` | once per node a quorum operation asked. `outcome`: `applied`, `rejected` (the node replied no), `timeout`, `connection_lost`, `unreachable` (never sent: no connection), `excluded` (never sent: the node may not vote, e.g. quarantined, or a second URL to one server), `server_error` (an error reply), `abandoned` (not awaited: decided first). |
-//! | `redquorum_node_request_seconds` | histogram | `node` | per node that answered (any reply, or an error reply), the time from the fan-out's start to its answer. |
-//! | `redquorum_id_rounds_total` | counter | `path` | once per ID round: `write` (a proposal round), `spare` (IDs from the spare block, validated by a majority read), `spare_invalid` (the validating read failed; the spare becomes a gap and a write round follows). |
-//! | `redquorum_id_batch_size` | histogram | | once per group-committed ID call: how many IDs it serves (every waiting caller's, summed). |
-//! | `redquorum_lease_acquisitions_total` | counter | `outcome` | once per acquisition attempt (`Lock::try_acquire`; `Lock::acquire` and campaigns make one per try): `granted`, `held` (another holder has it), `no_quorum`, `timeout` (answers too slow to leave enough validity), `contended`, `error`. |
-//! | `redquorum_lease_extensions_total` | counter | `outcome` | once per extension of a held lease (the watchdog's or `LockGuard::extend`): `ok`, `conflict` (a majority holds another value: the lease is lost), `no_quorum` (retried until the deadline), `late` (a majority applied it after the loss was signalled: it does not revive the lease). |
-//! | `redquorum_lease_losses_total` | counter | `reason` | once per lease whose loss is signalled, by [`LossReason`]: `conflict`, `no_quorum`, `expired`, `hold_bound_reached`. A release (`released`) is not a loss and is not counted. |
-//! | `redquorum_leadership_changes_total` | counter | `event` | this process's leaderships (`Election::campaign` / `try_campaign`, and a group's or pool's leader lease): `won` when a campaign wins; `lost` when the leadership's lease is lost; `resigned` when it is released (`Leadership::resign`, dropped, a member leaving). Each `won` is followed by exactly one `lost` or `resigned`. |
-//! | `redquorum_leaderships` | gauge | | leaderships this process holds now (won and not yet lost or resigned). |
-//! | `redquorum_view_changes_total` | counter | `kind` | membership (peer indexing, work distribution) views: `sealed_prepare` and `sealed_active` when this process, as a group's leader, seals a new view in that state; `adopted` when a member of this process reads a view other than the last it read (its first view too). |
-//! | `redquorum_view_drain_seconds` | histogram | | per prepared view a member of this process drains: from the start of the drain (the drain hook started) to its acknowledgement being applied by a majority. |
-//! | `redquorum_node_quarantines_total` | counter | `node` | when a client's verdict on a node turns to quarantined (its marker is missing or names another run_id: it lost data, or, in a new cluster, is not marked yet). |
-//! | `redquorum_cluster_follows_total` | counter | | when a client configured with a node list that a change replaced follows the new cluster at connect (`Client::connect`). |
-//! | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
+//! The catalogue (every metric, its type, labels and when it moves) is on [`describe_metrics`].
 
 use std::time::Duration;
 
@@ -74,9 +57,35 @@ pub(crate) const NODE_QUARANTINES: &str = "redquorum_node_quarantines_total";
 pub(crate) const REPAIRS: &str = "redquorum_repairs_total";
 
 /// Register the help text and unit of every metric this library emits with the installed
-/// recorder (see the catalogue in the crate's README, "Metrics"). Optional: metrics are
-/// emitted without it; an exporter shows the descriptions as help text. Call it after
-/// installing the recorder.
+/// recorder. Optional: metrics are emitted without it; an exporter shows the descriptions as
+/// help text. Call it after installing the recorder.
+///
+/// The library emits through the [`metrics`](https://docs.rs/metrics) facade only: nothing is
+/// recorded until the application installs a recorder. Labels are low-cardinality by
+/// construction: an operation's static name, a node's position in the configured node list
+/// (`0`, `1`, ...; never its URL, which may carry a password), or one word of a fixed set. No
+/// lock, sequence, group or pool name is ever a label.
+///
+/// # The catalogue
+///
+/// | metric | type | labels | when it moves |
+/// |---|---|---|---|
+/// | `redquorum_quorum_operations_total` | counter | `kind`, `outcome` | once per quorum operation (one fan-out to the voting nodes, or to the nodes a repair asks), when it ends. `kind` is the operation's static name (`lock.acquire`, `lock.extend`, `id.next`, `id.read`, `group.view.read`, `repair.census`, ...). `outcome`: `ok` (a majority applied), `conflict` (no majority, and some node refused: a held lock, a stale marker, a lower proposal), `error` (no majority, no refusal, some node sent an error reply), `no_quorum` (no majority: too few nodes answered in time). For a batched call (`id.next`, `id.read`, `lock.extend`), the call's outcome: `ok` when a majority of nodes ran it; each item's verdict is in the ID and lease metrics. An operation that asks only some nodes (a repair's `repair.claim`, `repair.scan`, `repair.write`, `repair.mark`) is `ok` when every node it asked applied it, and is otherwise judged by those nodes' answers. |
+/// | `redquorum_quorum_operation_seconds` | histogram | `kind` | the same operations' duration, from the send to the decision (or to the last awaited node). |
+/// | `redquorum_node_requests_total` | counter | `node`, `outcome` | once per node a quorum operation asked. `outcome`: `applied`, `rejected` (the node replied no), `timeout`, `connection_lost`, `unreachable` (never sent: no connection), `excluded` (never sent: the node may not vote, e.g. quarantined, or a second URL to one server), `server_error` (an error reply), `abandoned` (not awaited: decided first). |
+/// | `redquorum_node_request_seconds` | histogram | `node` | per node that answered (any reply, or an error reply), the time from the fan-out's start to its answer. |
+/// | `redquorum_id_rounds_total` | counter | `path` | once per ID round: `write` (a proposal round), `spare` (IDs from the spare block, validated by a majority read), `spare_invalid` (the validating read failed; the spare becomes a gap and a write round follows). |
+/// | `redquorum_id_batch_size` | histogram | | once per group-committed ID call: how many IDs it serves (every waiting caller's, summed). |
+/// | `redquorum_lease_acquisitions_total` | counter | `outcome` | once per acquisition attempt (`Lock::try_acquire`; `Lock::acquire` and campaigns make one per try): `granted`, `held` (another holder has it), `no_quorum`, `timeout` (answers too slow to leave enough validity), `contended`, `error`. |
+/// | `redquorum_lease_extensions_total` | counter | `outcome` | once per extension of a held lease (the watchdog's or `LockGuard::extend`): `ok`, `conflict` (a majority holds another value: the lease is lost), `no_quorum` (retried until the deadline), `late` (a majority applied it after the loss was signalled: it does not revive the lease). |
+/// | `redquorum_lease_losses_total` | counter | `reason` | once per lease whose loss is signalled, by [`LossReason`]: `conflict`, `no_quorum`, `expired`, `hold_bound_reached`. A release (`released`) is not a loss and is not counted. |
+/// | `redquorum_leadership_changes_total` | counter | `event` | this process's leaderships (`Election::campaign` / `try_campaign`, and a group's or pool's leader lease): `won` when a campaign wins; `lost` when the leadership's lease is lost; `resigned` when it is released (`Leadership::resign`, dropped, a member leaving). Each `won` is followed by exactly one `lost` or `resigned`. |
+/// | `redquorum_leaderships` | gauge | | leaderships this process holds now (won and not yet lost or resigned). |
+/// | `redquorum_view_changes_total` | counter | `kind` | membership (peer indexing, work distribution) views: `sealed_prepare` and `sealed_active` when this process, as a group's leader, seals a new view in that state; `adopted` when a member of this process reads a view other than the last it read (its first view too). |
+/// | `redquorum_view_drain_seconds` | histogram | | per prepared view a member of this process drains: from the start of the drain (the drain hook started) to its acknowledgement being applied by a majority. |
+/// | `redquorum_node_quarantines_total` | counter | `node` | when a client's verdict on a node turns to quarantined (its marker is missing or names another run_id: it lost data, or, in a new cluster, is not marked yet). |
+/// | `redquorum_cluster_follows_total` | counter | | when a client configured with a node list that a change replaced follows the new cluster at connect (`Client::connect`). |
+/// | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
 pub fn describe_metrics() {
     let counters: [(&'static str, &'static str); 11] = [
         (QUORUM_OPERATIONS, "Quorum operations by kind (the operation's name) and outcome (ok, conflict, error, no_quorum)."),

@@ -304,6 +304,7 @@ fn server_identity(fields: &HashMap<&str, &str>) -> (Option<String>, Option<Stri
 ///
 /// One node's row in a safety check.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct NodeReport {
     /// Which node.
     pub node: NodeId,

@@ -60,7 +60,7 @@ pub(crate) static LOCK_RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
-/// Resource-side fencing guard for a Redis resource (see [`crate::fencing`]).
+/// Resource-side fencing guard for a Redis resource (run by `fencing::fenced_set`).
 pub(crate) static FENCED_SET: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
         include_str!("scripts/prelude.lua"),

@@ -10,9 +10,10 @@ use clap::Subcommand;
 use futures_util::StreamExt;
 use redquorum::{Client, Election, Leadership};
 
+use crate::checks::{default_id, parse_duration};
+use crate::child;
 use crate::metrics::MetricsArgs;
 use crate::output::{self, Format};
-use crate::{child, default_id, parse_duration};
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum ElectionCommand {
@@ -219,12 +220,7 @@ async fn campaign(
         Elected::NotInTime => return Ok(ExitCode::from(3)),
         Elected::Stopped(_) => return Ok(ExitCode::SUCCESS),
     };
-    let info = redquorum::LeaderInfo {
-        candidate: election.candidate().to_string(),
-        term: leadership.term(),
-        ttl: candidacy.ttl,
-        unchanged_for: None,
-    };
+    let info = redquorum::LeaderInfo::new(election.candidate(), leadership.term(), candidacy.ttl);
     // Leadership is held even if nobody reads stdout: only a signal or a loss ends it.
     let _ = output::leader(format, name, Some(&info));
     tokio::select! {

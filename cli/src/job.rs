@@ -14,8 +14,9 @@ use std::time::Duration;
 use clap::Subcommand;
 use redquorum::{Client, JobOptions, LockOptions, PeriodStart, PeriodicJob};
 
+use crate::checks::{default_id, parse_duration};
 use crate::child::{self, Ended};
-use crate::{default_id, parse_duration, Failure};
+use crate::failure::Failure;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum JobCommand {
@@ -81,7 +82,7 @@ pub(crate) fn precheck(command: &JobCommand) -> Result<(), Failure> {
         return Err(redquorum::Error::InvalidArgument(message).into());
     }
     match command.first() {
-        Some(program) => crate::find_program(program),
+        Some(program) => crate::checks::find_program(program),
         None => Ok(()), // clap requires one
     }
 }

@@ -19,13 +19,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::fanout::Wait;
 use crate::quorum::{NodeOutcome, UnknownCause};
-
-use super::NodeConn;
 
 /// Which nodes an operation asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +136,24 @@ impl Request {
             report: Some(decided),
             ..self.wait_all()
         }
+    }
+}
+
+/// One node's connection, handed to a [`Step::session`].
+pub(crate) struct NodeConn {
+    pub(crate) ctx: NodeCtx,
+    pub(crate) conn: MultiplexedConnection,
+}
+
+impl NodeConn {
+    /// The node's position in the configuration.
+    pub(crate) fn node(&self) -> usize {
+        self.ctx.node
+    }
+
+    /// The server's run_id when this connection was opened.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.ctx.run_id
     }
 }
 

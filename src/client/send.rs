@@ -5,34 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-
 use crate::cluster;
 use crate::error::{Error, NoQuorum};
 use crate::node::Node;
 use crate::quorum::fanout::{self, NodeCall};
 use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
 
-use super::request::{is_stale, stale, Body, NodeCtx, Request, ScriptCall, Step, Steps};
+use super::request::{is_stale, stale, Body, NodeConn, NodeCtx, Request, ScriptCall, Step, Steps};
 use super::Client;
-
-/// One node's connection, handed to a [`Step::session`].
-pub(crate) struct NodeConn {
-    pub(crate) ctx: NodeCtx,
-    pub(crate) conn: MultiplexedConnection,
-}
-
-impl NodeConn {
-    /// The node's position in the configuration.
-    pub(crate) fn node(&self) -> usize {
-        self.ctx.node
-    }
-
-    /// The server's run_id when this connection was opened.
-    pub(crate) fn run_id(&self) -> &str {
-        &self.ctx.run_id
-    }
-}
 
 /// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
 type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;

@@ -134,6 +134,7 @@ impl PoolOptions {
 /// Progress without a majority of nodes; ownership while this member's lease is not refreshed
 /// (it ends at [`Assignment::valid_until`]); units that no member can take (no member with a
 /// weight) are owned by nobody.
+#[must_use = "the member leaves the pool when this is dropped"]
 pub struct PoolMember {
     member: Member,
 }
@@ -270,6 +271,7 @@ impl PoolMember {
 
 /// The active table of a pool, as [`pool_table`] read it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolTable {
     /// The version of the view read.
     pub version: ViewVersion,

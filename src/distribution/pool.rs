@@ -14,16 +14,17 @@ use tokio::time::Instant;
 
 use super::lists::{field_version, resolve, Resolved};
 use super::plan::{self, PlanInputs};
-use crate::client::{decode, script_call, Client, Guard, Request, Step, Steps};
+use crate::client::{decode, script_call, Client, Guard, Request, Step};
 use crate::error::Error;
-use crate::keys::{fixed_key, pool_list_key, KeyKind, Name};
+use crate::keys::{pool_list_key, Name};
 use crate::membership::tables::{Held, Planned, Tables};
 use crate::membership::{ListRef, View, ViewState};
 use crate::quorum::NodeOutcome;
-use crate::scripts::{PLIST, UNITS_SINCE};
+use crate::scripts::PLIST;
 
 use super::blocking;
-use super::unit_log::{self, Mirrors, UnitsAndSettings};
+use super::since;
+use super::unit_log::{Mirrors, UnitsAndSettings};
 use super::units::{epoch_id, UnitKeys};
 
 /// List fields per write request.
@@ -114,56 +115,46 @@ impl PoolTables {
     /// leader O(change) on the wire, and an idle pool one small reply per node.
     async fn units(&self) -> Result<(Arc<UnitsAndSettings>, u64), Error> {
         let mut guard = self.mirrors.lock().await;
-        let snapshot = Arc::new(guard.cursors());
-        let keys = self.keys.clone();
-        let new_epoch = epoch_id();
-        let start = rand::random::<u64>() >> 24;
-        let steps = Steps::per_node(move |ctx| {
-            let (id, stamp) = snapshot
-                .get(&ctx.node)
-                .filter(|(marker, _, _)| *marker == ctx.marker)
-                .map(|(_, id, stamp)| (id.clone(), *stamp))
-                .unwrap_or_default();
-            Some(
-                script_call(&UNITS_SINCE, Guard::Marker)
-                    .key(&keys.units)
-                    .marker_key()
-                    .key(&keys.stamp)
-                    .key(&keys.log)
-                    .key(&keys.epoch)
-                    .key(fixed_key(KeyKind::Marked))
-                    .marker()
-                    .arg(id)
-                    .arg(stamp)
-                    .arg(&new_epoch)
-                    .arg(start)
-                    .decode(|ctx, v| {
-                        // Decoded off the async runtime (a whole register is megabytes):
-                        // only the refusal ({-1}) is recognised here.
-                        let refused = matches!(&v, redis::Value::Array(items) if items.len() == 1);
-                        let reply = (ctx.node, ctx.marker.clone(), v);
-                        Ok(if refused {
-                            NodeOutcome::Rejected(reply)
-                        } else {
-                            NodeOutcome::Applied(reply)
-                        })
-                    }),
-            )
-        });
-        // A node without a copy here sends its whole register, which a majority of quick
-        // deltas would never wait for: it would never get a cursor and send megabytes every
-        // time. So such a read waits for every node, at most once per CATCH_UP_EVERY (a node
-        // that is down makes that read wait its deadline). Otherwise late replies linger a
-        // little.
+        let steps = since::steps(
+            guard.cursors(),
+            self.keys.clone(),
+            epoch_id(),
+            rand::random::<u64>() >> 24,
+        );
+        let request = self.units_request(&guard);
+        let tally = self.client.decide(request, steps).await?;
+        let replies: Vec<since::RawReply> = tally
+            .results()
+            .iter()
+            .filter(|r| r.outcome.is_applied())
+            .filter_map(|r| r.outcome.reply().cloned())
+            .collect();
+        // Moved out for the fold; a cancelled fold leaves fresh copies (whole reads next time).
+        let mirrors = std::mem::take(&mut *guard);
+        let (mirrors, folded) = self.fold(mirrors, replies).await?;
+        *guard = mirrors;
+        tracing::trace!(pool = %self.pool, per_node = ?guard.last, "pool leader read the units");
+        let changed = folded.map_err(|e| Error::Internal(format!("pool units read: {e}")))?;
+        let generation = if changed {
+            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            self.generation.load(Ordering::SeqCst)
+        };
+        Ok((guard.units(), generation))
+    }
+
+    /// The request of a units read. A node without a copy here sends its whole register,
+    /// which a majority of quick deltas would never wait for: it would never get a cursor and
+    /// send megabytes every time. So such a read waits for every node, at most once per
+    /// [`CATCH_UP_EVERY`] (a node that is down makes that read wait its deadline). Otherwise
+    /// late replies linger a little.
+    fn units_request(&self, mirrors: &Mirrors) -> Request {
         let nodes = self.client.node_urls().len();
-        let catch_up = guard.missing_any(nodes)
-            && self
-                .last_catch_up
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY);
-        let request = if catch_up {
-            *self.last_catch_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let mut last = self.last_catch_up.lock().unwrap_or_else(|p| p.into_inner());
+        let catch_up =
+            mirrors.missing_any(nodes) && last.is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY);
+        if catch_up {
+            *last = Some(Instant::now());
             Request::vote("pool.units.read")
                 .wait_all()
                 .within(self.bulk())
@@ -171,22 +162,22 @@ impl PoolTables {
             Request::vote("pool.units.read")
                 .within(self.bulk())
                 .linger(self.client.config().node_timeout())
-        };
-        let tally = self.client.decide(request, steps).await?;
-        let replies: Vec<(usize, Arc<str>, redis::Value)> = tally
-            .results()
-            .iter()
-            .filter(|r| r.outcome.is_applied())
-            .filter_map(|r| r.outcome.reply().cloned())
-            .collect();
+        }
+    }
+
+    /// Decode `replies` and fold them into `mirrors`, on the blocking pool (a whole register
+    /// is megabytes). A reply that does not decode is not counted.
+    async fn fold(
+        &self,
+        mut mirrors: Mirrors,
+        replies: Vec<since::RawReply>,
+    ) -> Result<(Mirrors, Result<bool, String>), Error> {
         let needed = self.client.majority().needed();
         let pool = self.pool.clone();
-        // Moved out for the fold; a cancelled fold leaves fresh copies (whole reads next time).
-        let mut mirrors = std::mem::take(&mut *guard);
-        let (mirrors, folded) = blocking(move || {
+        blocking(move || {
             let decoded = replies
                 .into_iter()
-                .filter_map(|(node, marker, v)| match unit_log::decode(node, marker, v) {
+                .filter_map(|(node, marker, v)| match since::decode(node, marker, v) {
                     Ok(r) => Some(r),
                     Err(e) => {
                         tracing::warn!(pool = %pool, node, error = %e, "a unit register reply does not decode: not counted");
@@ -197,16 +188,7 @@ impl PoolTables {
             let folded = mirrors.fold(decoded, needed);
             Ok((mirrors, folded))
         })
-        .await?;
-        *guard = mirrors;
-        tracing::trace!(pool = %self.pool, per_node = ?guard.last, "pool leader read the units");
-        let changed = folded.map_err(|e| Error::Internal(format!("pool units read: {e}")))?;
-        let generation = if changed {
-            self.generation.fetch_add(1, Ordering::SeqCst) + 1
-        } else {
-            self.generation.load(Ordering::SeqCst)
-        };
-        Ok((guard.units(), generation))
+        .await
     }
 
     /// TEST ONLY: the leader's read of the units ([`PoolTables::units`]) and, per node that
@@ -376,39 +358,28 @@ impl PoolTables {
             Ok(plan::plan(&inputs, |id| pool_list_key(&pool, id)))
         })
         .await?;
-        let owned: u64 = planned.lists.values().map(|r| r.count).sum();
-        let total = all_units.0.len() as u64;
-        if owned < total && !planned.lists.is_empty() {
-            // By design (a drain leaves the weighted members to share the units), but an
-            // operator should hear of it rather than find units silently unworked.
-            tracing::warn!(
-                pool = %self.pool,
-                unowned = total - owned,
-                drained = ?all_units.1.drained,
-                "units owned by nobody: every member present with a weight is drained or away"
-            );
-        }
+        self.warn_if_unowned(&planned, &all_units);
         let mut cache = self.cache();
-        // The leader knows the lists it plans (a field's name is its content's digest): cache
-        // them, so it never reads its own lists back.
-        for (id, r) in &planned.lists {
-            let key = (id.clone(), r.field.clone());
-            if cache.lists.contains_key(&key) {
-                continue;
-            }
-            let snapshot = match view.lists.get(id) {
-                Some(old) if r.chain > 0 => cache
-                    .lists
-                    .get(&(id.clone(), old.field.clone()))
-                    .map_or(0, |e| e.1),
-                _ => field_version(&r.field).unwrap_or(0),
-            };
-            let units = Arc::new(by_id.get(id).cloned().unwrap_or_default());
-            cache.lists.insert(key, (units, snapshot));
-        }
+        remember_planned(&mut cache, view, &planned, &by_id);
         let planned = (planned.lists != view.lists).then_some(planned);
         cache.last = Some((fingerprint, planned.clone()));
         Ok(planned)
+    }
+
+    /// Warn when some units are owned by nobody: by design (a drain leaves the weighted
+    /// members to share the units), but an operator should hear of it rather than find units
+    /// silently unworked.
+    fn warn_if_unowned(&self, planned: &Planned, units: &UnitsAndSettings) {
+        let owned: u64 = planned.lists.values().map(|r| r.count).sum();
+        let total = units.0.len() as u64;
+        if owned < total && !planned.lists.is_empty() {
+            tracing::warn!(
+                pool = %self.pool,
+                unowned = total - owned,
+                drained = ?units.1.drained,
+                "units owned by nobody: every member present with a weight is drained or away"
+            );
+        }
     }
 
     async fn write_inner(&self, planned: &Planned) -> Result<(), Error> {
@@ -429,8 +400,6 @@ impl PoolTables {
         Ok(())
     }
 
-    /// Collect the list fields no view at or after the active `view` can need: below each
-    /// list's snapshot, and every field at or below the view's token of IDs it no longer names.
     /// Collect the pool's removed units, at most every [`GC_EVERY`] (a leader's chore after
     /// an activation).
     async fn collect_removed(&self) {
@@ -461,6 +430,8 @@ impl PoolTables {
         }
     }
 
+    /// Collect the list fields no view at or after the active `view` can need: below each
+    /// list's snapshot, and every field at or below the view's token of IDs it no longer names.
     async fn collect(&self, view: View) {
         self.collect_removed().await;
         let Some(token) = view.version.token().map(|t| t.get()) else {
@@ -555,6 +526,31 @@ impl PoolTables {
             current: get(current.map(|(_, r)| r)),
             previous: get(previous.as_ref().map(|(_, r)| r)),
         })
+    }
+}
+
+/// Cache the lists the leader planned (`by_id`: each member ID's units): the leader knows them
+/// (a field's name is its content's digest), so it never reads its own lists back.
+fn remember_planned(
+    cache: &mut LeaderCache,
+    view: &View,
+    planned: &Planned,
+    by_id: &BTreeMap<String, BTreeSet<String>>,
+) {
+    for (id, r) in &planned.lists {
+        let key = (id.clone(), r.field.clone());
+        if cache.lists.contains_key(&key) {
+            continue;
+        }
+        let snapshot = match view.lists.get(id) {
+            Some(old) if r.chain > 0 => cache
+                .lists
+                .get(&(id.clone(), old.field.clone()))
+                .map_or(0, |e| e.1),
+            _ => field_version(&r.field).unwrap_or(0),
+        };
+        let units = Arc::new(by_id.get(id).cloned().unwrap_or_default());
+        cache.lists.insert(key, (units, snapshot));
     }
 }
 

@@ -89,13 +89,38 @@ fn compute(inputs: &Inputs<'_>) -> Table {
         .map(|(i, m)| (m.id.as_str(), i))
         .collect();
     let units: Vec<&String> = inputs.units.iter().collect();
-    // The owner of each unit, by position; `None` until placed.
-    let mut owner: Vec<Option<usize>> = vec![None; units.len()];
     // Pins first; the rest is shared by weight.
+    let (mut owner, free) = pinned(&units, inputs.pins, &index);
+    let previous_owner = previous_owners(&units, inputs.previous, &index, &members);
+    // What each member would keep.
+    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); members.len()];
+    let mut orphans: Vec<usize> = Vec::new();
+    for p in free {
+        match previous_owner[p] {
+            Some(i) => kept[i].push(p),
+            None => orphans.push(p),
+        }
+    }
+    share(&units, &members, kept, orphans, &mut owner);
+    // Pairs in unit order: the map is built from sorted input.
+    units
+        .iter()
+        .zip(owner)
+        .filter_map(|(u, o)| o.map(|i| ((*u).clone(), members[i].id.clone())))
+        .collect()
+}
+
+/// The owner of each unit (by position) that is pinned to a present member (`index`: member
+/// ID -> position), and the positions of the others (shared by weight).
+fn pinned(
+    units: &[&String],
+    pins: Option<&BTreeMap<String, String>>,
+    index: &HashMap<&str, usize>,
+) -> (Vec<Option<usize>>, Vec<usize>) {
+    let mut owner: Vec<Option<usize>> = vec![None; units.len()];
     let mut free: Vec<usize> = Vec::with_capacity(units.len());
     for (p, unit) in units.iter().enumerate() {
-        match inputs
-            .pins
+        match pins
             .and_then(|pins| pins.get(*unit))
             .and_then(|m| index.get(m.as_str()))
         {
@@ -103,10 +128,19 @@ fn compute(inputs: &Inputs<'_>) -> Table {
             None => free.push(p),
         }
     }
-    // Each free unit's previous owner, if still a member with a weight: the previous table
-    // and the units are both sorted by unit, so one merge pass finds them all.
+    (owner, free)
+}
+
+/// Each unit's previous owner (by position), if still a member with a weight: the previous
+/// table and the units are both sorted by unit, so one merge pass finds them all.
+fn previous_owners(
+    units: &[&String],
+    previous: Option<&BTreeMap<String, String>>,
+    index: &HashMap<&str, usize>,
+    members: &[&MemberWeight],
+) -> Vec<Option<usize>> {
     let mut previous_owner: Vec<Option<usize>> = vec![None; units.len()];
-    if let Some(prev) = inputs.previous {
+    if let Some(prev) = previous {
         let mut prev = prev.iter().peekable();
         for (p, unit) in units.iter().enumerate() {
             while prev.next_if(|(u, _)| u.as_str() < unit.as_str()).is_some() {}
@@ -118,15 +152,19 @@ fn compute(inputs: &Inputs<'_>) -> Table {
             }
         }
     }
-    // What each member would keep.
-    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); members.len()];
-    let mut orphans: Vec<usize> = Vec::new();
-    for p in free {
-        match previous_owner[p] {
-            Some(i) => kept[i].push(p),
-            None => orphans.push(p),
-        }
-    }
+    previous_owner
+}
+
+/// Share the units by weight: each member's quota ([`quotas`], closest to what it `kept`),
+/// its excess released in hash order, then the `orphans` placed in hash order, filling members
+/// in ID order. Writes each unit's owner into `owner`.
+fn share(
+    units: &[&String],
+    members: &[&MemberWeight],
+    mut kept: Vec<Vec<usize>>,
+    mut orphans: Vec<usize>,
+    owner: &mut [Option<usize>],
+) {
     let hashes: Vec<u64> = units.iter().map(|u| xxh3_64(u.as_bytes())).collect();
     // By hash, then by name (names are unique, so the order is total).
     let by_hash = |a: &usize, b: &usize| {
@@ -157,12 +195,6 @@ fn compute(inputs: &Inputs<'_>) -> Table {
             owner[p] = Some(i);
         }
     }
-    // Pairs in unit order: the map is built from sorted input.
-    units
-        .iter()
-        .zip(owner)
-        .filter_map(|(u, o)| o.map(|i| ((*u).clone(), members[i].id.clone())))
-        .collect()
 }
 
 /// The quotas of members with `weights` sharing `units` units: each the floor or the ceiling

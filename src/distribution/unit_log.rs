@@ -49,43 +49,6 @@ pub(super) struct Reply {
     pub(super) pairs: Vec<(String, String)>,
 }
 
-/// Decode one node's reply (`{mode, id, stamp, since, field, entry, ...}`).
-pub(super) fn decode(node: usize, marker: Arc<str>, v: redis::Value) -> Result<Reply, String> {
-    let redis::Value::Array(items) = v else {
-        return Err("not an array".into());
-    };
-    if items.len() < 4 || items.len() % 2 != 0 {
-        return Err(format!("{} items", items.len()));
-    }
-    let mut items = items.into_iter();
-    let mut next = || items.next().ok_or_else(|| "short".to_string());
-    let mode: i64 = redis::from_redis_value(next()?).map_err(|e| e.to_string())?;
-    let epoch: String = redis::from_redis_value(next()?).map_err(|e| e.to_string())?;
-    let stamp: u64 = redis::from_redis_value(next()?).map_err(|e| e.to_string())?;
-    let since: u64 = redis::from_redis_value(next()?).map_err(|e| e.to_string())?;
-    let whole = match mode {
-        1 => false,
-        2 => true,
-        m => return Err(format!("mode {m}")),
-    };
-    let mut pairs = Vec::new();
-    while let (Ok(f), Ok(e)) = (next(), next()) {
-        pairs.push((
-            redis::from_redis_value(f).map_err(|e| e.to_string())?,
-            redis::from_redis_value(e).map_err(|e| e.to_string())?,
-        ));
-    }
-    Ok(Reply {
-        node,
-        marker,
-        whole,
-        epoch,
-        stamp,
-        since,
-        pairs,
-    })
-}
-
 /// The leader's mirrors of every node's register (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Mirrors {
@@ -136,41 +99,10 @@ impl Mirrors {
         let mut dirty = false;
         for r in replies {
             self.last.push((r.whole, r.pairs.len()));
-            if r.whole {
-                let fields = r
-                    .pairs
-                    .into_iter()
-                    .filter_map(|(f, e)| Some((f, e.parse::<u64>().ok()?)))
-                    .collect();
-                self.nodes.insert(
-                    r.node,
-                    Mirror {
-                        marker: r.marker,
-                        epoch: r.epoch,
-                        stamp: r.stamp,
-                        fields,
-                    },
-                );
-                applied.push(r.node);
-                dirty = true;
-                continue;
-            }
-            match self.nodes.get_mut(&r.node) {
-                Some(m) if m.marker == r.marker && m.epoch == r.epoch && m.stamp == r.since => {
-                    dirty |= !r.pairs.is_empty();
-                    for (f, e) in r.pairs {
-                        if e.is_empty() {
-                            m.fields.remove(&f);
-                        } else if let Ok(e) = e.parse::<u64>() {
-                            m.fields.insert(f, e);
-                        }
-                    }
-                    m.stamp = r.stamp;
-                    applied.push(r.node);
-                }
-                // The mirror moved on or was lost: ignored (the node answers whole next time
-                // this mirror's cursor is not valid there).
-                _ => {}
+            let node = r.node;
+            if let Some(changed) = self.apply(r) {
+                applied.push(node);
+                dirty |= changed;
             }
         }
         if applied.len() < needed {
@@ -190,8 +122,59 @@ impl Mirrors {
         if !dirty && !fresh && applied == self.merged_from {
             return Ok(false);
         }
+        let units = self.merge(&applied);
+        self.merged_from = applied;
+        if !fresh && units == *self.units {
+            return Ok(false);
+        }
+        self.units = Arc::new(units);
+        Ok(true)
+    }
+
+    /// Apply one reply to its node's mirror: a whole register replaces it; a delta applies
+    /// only where the mirror stands (same incarnation, epoch, and base stamp). Some(whether
+    /// the mirror's content may have changed) when it applied; None when it was ignored (the
+    /// mirror moved on or was lost: the node answers whole next time this mirror's cursor is
+    /// not valid there).
+    fn apply(&mut self, r: Reply) -> Option<bool> {
+        if r.whole {
+            let fields = r
+                .pairs
+                .into_iter()
+                .filter_map(|(f, e)| Some((f, e.parse::<u64>().ok()?)))
+                .collect();
+            self.nodes.insert(
+                r.node,
+                Mirror {
+                    marker: r.marker,
+                    epoch: r.epoch,
+                    stamp: r.stamp,
+                    fields,
+                },
+            );
+            return Some(true);
+        }
+        let m = self
+            .nodes
+            .get_mut(&r.node)
+            .filter(|m| m.marker == r.marker && m.epoch == r.epoch && m.stamp == r.since)?;
+        let changed = !r.pairs.is_empty();
+        for (f, e) in r.pairs {
+            if e.is_empty() {
+                m.fields.remove(&f);
+            } else if let Ok(e) = e.parse::<u64>() {
+                m.fields.insert(f, e);
+            }
+        }
+        m.stamp = r.stamp;
+        Some(changed)
+    }
+
+    /// The units and settings merged over the mirrors of the `applied` nodes: per field, the
+    /// highest entry.
+    fn merge(&self, applied: &[usize]) -> UnitsAndSettings {
         let mut best: HashMap<&str, u64> = HashMap::new();
-        for node in &applied {
+        for node in applied {
             if let Some(m) = self.nodes.get(node) {
                 for (f, e) in &m.fields {
                     let b = best.entry(f.as_str()).or_insert(0);
@@ -199,13 +182,7 @@ impl Mirrors {
                 }
             }
         }
-        let units = merge_best(best.into_iter());
-        self.merged_from = applied;
-        if !fresh && units == *self.units {
-            return Ok(false);
-        }
-        self.units = Arc::new(units);
-        Ok(true)
+        merge_best(best.into_iter())
     }
 }
 
@@ -343,36 +320,6 @@ mod tests {
             ),
             Ok(false)
         );
-    }
-
-    #[test]
-    fn replies_decode_and_malformed_ones_are_refused() {
-        use redis::Value::{Array, BulkString, Int};
-        let ok = Array(vec![
-            Int(1),
-            BulkString(b"e".to_vec()),
-            Int(12),
-            Int(10),
-            BulkString(b"a".to_vec()),
-            BulkString(b"".to_vec()),
-        ]);
-        let r = decode(0, "m".into(), ok).expect("decodes");
-        assert!(!r.whole && r.stamp == 12 && r.since == 10);
-        assert_eq!(r.pairs, vec![("a".to_string(), String::new())]);
-        for bad in [
-            Int(1),
-            Array(vec![Int(-1)]),
-            Array(vec![Int(3), BulkString(b"e".to_vec()), Int(1), Int(0)]),
-            Array(vec![
-                Int(1),
-                BulkString(b"e".to_vec()),
-                Int(1),
-                Int(0),
-                BulkString(b"odd".to_vec()),
-            ]),
-        ] {
-            assert!(decode(0, "m".into(), bad.clone()).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

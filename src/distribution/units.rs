@@ -43,6 +43,7 @@ const SEP: char = '\u{1f}';
 /// a member of the pool (it keeps its place in the view and its pins) but owns no other unit;
 /// its units are handed over through the barrier like any other change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolSettings {
     /// Unit -> the member ID it is pinned to.
     pub pins: BTreeMap<String, String>,

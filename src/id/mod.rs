@@ -1,7 +1,62 @@
 //! Monotonic fencing IDs: antirez's majority "set if less than", one round trip when
 //! uncontended, with concurrent callers sharing one round.
 //!
-//! The guarantees are documented on `IdGenerator`.
+//! # How it works
+//! Each node stores, per sequence, the highest ID it accepted (`rq:id:<name>`).
+//! 1. A round reserves a block `base..=last` above the largest value this process knows (after
+//!    a lost round, with a growing random jump: `decide.rs`).
+//! 2. It proposes the block to every node (`id_propose.lua`): a node accepts, and stores `last`,
+//!    only if its value is below `base`, atomically with the marker check; otherwise it replies
+//!    with its value.
+//! 3. A majority accepting ends the round: its callers get consecutive parts of the block.
+//!    Otherwise the round learns the highest value a majority vouches for (bounded by the jump
+//!    limit), backs off with randomized exponential delay when contended, and retries.
+//! 4. The fast path (`round.rs`, [`IdOptions::with_lookahead`]): a write round also reserves
+//!    spare IDs; a later call takes IDs from the spare after a majority *read* (a `GET` behind
+//!    the marker, one MULTI/EXEC, no write) shows no node of a majority holding a value above
+//!    the spare.
+//!
+//! Concurrent callers of one generator join the next round (group commit, up to 8 rounds in
+//! flight, each above every block reserved before it in this process); a client's sequences
+//! due together share one call per node (`batch.rs`), each item judged as if alone.
+//!
+//! # Guarantees
+//! Under the crate's assumptions (details on [`IdGenerator`]): every returned ID was accepted by
+//! a majority of the configured nodes; IDs of one sequence are unique across processes and
+//! hosts; if one call returns before another starts, the later call's IDs are larger
+//! (real-time order); the IDs of one `next_ids` call are consecutive; IDs stay below 2^53.
+//! Not guaranteed: no gaps (failed rounds, cancelled callers, contention and unused spare IDs
+//! leave gaps); order between overlapping calls; progress without a majority. If more than a
+//! minority of nodes lose their data at once, IDs can repeat (the per-process high-water mark
+//! still keeps this process's own IDs in order).
+//!
+//! # Invariants
+//! - A block accepted by a majority lies above every block a majority accepted before it was
+//!   sent: two majorities share a node, and "strictly less than" refuses equal values.
+//! - A reply that never arrived is never counted as an acceptance.
+//! - A batched call judges each proposal exactly as if sent alone (`Tally::item`), and its
+//!   fan-out ends only when every item is decided.
+//! - Spare IDs are handed out only after the validating majority read.
+//!
+//! # What it relies on outside this folder
+//! - Keys (`src/keys.rs`): `KeyKind::Id` (`rq:id:<name>`), and `rq:marker` for the guard.
+//! - Scripts: `src/scripts/id_propose.lua` (after `src/scripts/prelude.lua`: strict integers),
+//!   through `crate::scripts::ID_PROPOSE`.
+//! - Repair rule (`src/repair/plan.rs`): an `id` register is raised to the highest value any
+//!   source holds; a wiped node votes again only after that.
+//! - ACL (`src/acl.rs`): `Feature::Ids` (`GET`, `SET`, beside the base).
+//! - Model: `model/src/ids.rs` (`rq-model ids`, with `--spare` for the fast path), checked in
+//!   `model/tests/models.rs`; `model/tests/conformance.rs` runs the model's step and the real
+//!   script side by side.
+//! - Tests: `tests/ids.rs` (uniqueness and real-time order under concurrency, faults and amnesia,
+//!   with teeth), `tests/hostile_values.rs` (a corrupted register), `tests/repair.rs`,
+//!   `tests/cluster.rs` (IDs across a change of the node list); `benches/ids.rs`.
+//!
+//! # Files
+//! - `mod.rs`: [`IdGenerator`], [`IdOptions`], the per-process high-water and reserved marks.
+//! - `round.rs`: one call's rounds (the fast path, write rounds).
+//! - `batch.rs`: a client's ID calls shared by its sequences (proposals and spare reads).
+//! - `decide.rs`: the pure decisions (the block a round reserves, learning, backoff); table-tested.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::RangeInclusive;

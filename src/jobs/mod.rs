@@ -1,5 +1,57 @@
-//! Completion records of periodic jobs: a per-job hash `rq:done:<job>` of period -> token,
-//! written to a majority and read from a majority (so a recorded completion is always seen).
+//! Once-per-period jobs ([`PeriodicJob`]): work done once per period by whichever instance holds
+//! the job's lease, with completion records on a majority. Also the records' node steps, which
+//! a group's acknowledgements reuse.
+//!
+//! # How it works
+//! 1. An instance takes the job's lease (a [`Lock`] named like the job), waiting up
+//!    to `wait`; a one-shot run (`wait` zero) takes over the lease of a runner that crashed
+//!    after watching it unchanged for its TTL plus drift.
+//! 2. It reads the period's completion record from a majority (`rq:done:<job>`, period ->
+//!    token), every node answering counted: a record any node of a majority holds is seen.
+//! 3. No record: it runs the work under the lease (`run_period`, `try_run_period`), or hands the
+//!    held lease to the caller (`begin_period` -> [`PeriodRun`]).
+//! 4. Work complete: `record.lua` raises the period's field to the run's token on a majority
+//!    (marker-guarded), then the lease is released; `prune.lua` then drops the records beyond
+//!    the newest 1024 (best effort, on every voting node). Failed or abandoned work records
+//!    nothing.
+//!
+//! # Guarantees
+//! The holder of the job's lease runs period P only if no completion record for P is found on a
+//! majority, and records completion with its token on a majority: a fail-over after completion
+//! does not run P again; a fail-over during the work lets the new holder run it. Work that fails
+//! (`try_run_period`'s `Err`, a [`PeriodRun`] abandoned or dropped) records nothing, so the next
+//! run does it. Not guaranteed: that a paused old holder is not still finishing the work (make it
+//! fenced by the token or idempotent); a record written to some nodes only when recording failed
+//! (a later run may find the period done, or run it again); periods older than the retained
+//! records are not remembered.
+//!
+//! # Invariants
+//! - Records never expire on a node and only grow: `record.lua` raises a field, never lowers it;
+//!   they are collected by count (beyond the retained ones), never by time.
+//! - A completion is recorded only under a marker check on each node (`Guard::Marker`), and read
+//!   behind the marker (MULTI/EXEC).
+//!
+//! # What it relies on outside this folder
+//! - `crate::lock` for the job's lease (`crate::election` is not involved: a job is not an
+//!   election).
+//! - Keys (`src/keys.rs`): `KeyKind::Done` (`rq:done:<job>`), and the job's `KeyKind::Lock` and
+//!   `KeyKind::Fence`; a group's acknowledgements (`KeyKind::Ack`, `KeyKind::PoolAck`) go through
+//!   the same steps.
+//! - Scripts: `src/scripts/record.lua`, `src/scripts/prune.lua`.
+//! - Repair rule (`src/repair/plan.rs`): `done` (and `ack`, `pack`): each field raised to its
+//!   highest value.
+//! - ACL (`src/acl.rs`): `Feature::Election` (the lock's commands plus `HDEL`, `HGETALL` for the
+//!   records); `Feature::Indexing` and `Feature::Distribution` include them too.
+//! - Model: not modelled as a job; `record.lua` is mirrored for acknowledgements by
+//!   `model/src/views.rs` and compared with the real script in `model/tests/conformance_views.rs`.
+//! - Tests: `tests/election.rs` (a daily job runs once across four instances, again only after a
+//!   fail-over mid-work), `tests/gc.rs` (records beyond the retained ones), `cli/tests/job.rs`
+//!   (`redquorum job run`).
+//!
+//! # Files
+//! - `mod.rs`: the completion records and their node steps (`completed`, `record_step`,
+//!   `record`, `prune`).
+//! - `period.rs`: [`PeriodicJob`], [`JobOptions`], [`JobOutcome`], [`PeriodStart`], [`PeriodRun`].
 
 use std::sync::Arc;
 
@@ -9,6 +61,9 @@ use crate::fencing::FencingToken;
 use crate::lock::Lock;
 use crate::quorum::NodeOutcome;
 use crate::scripts::{PRUNE, RECORD};
+
+mod period;
+pub use period::{JobOptions, JobOutcome, PeriodRun, PeriodStart, PeriodicJob};
 
 /// The token recorded for `period`, if a node of a majority has it.
 pub(crate) async fn completed(

@@ -1,13 +1,62 @@
-//! The pure decision core of every lease: validity, watching, takeover and expiry, with time
-//! passed in. No I/O, no clock reads, no Redis: table-tested below.
+//! Leases without node clocks: the pure decision core of every lease (a lock, a leader's lease,
+//! a member's beats, a repair claim): validity, watching, takeover and expiry, with time passed
+//! in. No I/O, no clock reads, no Redis: table-tested.
 //!
-//! The guarantees are documented on `MAX_DRIFT_RATE`.
+//! # How it works
+//! No safety decision reads a node's wall clock (Redis key expiry included); only clients'
+//! monotonic clocks decide, each assumed within [`MAX_DRIFT_RATE`] of real time, with a margin
+//! `drift(ttl)` = 1 % of the lease time plus 2 ms.
+//! 1. **Holder side**: a lease is valid from the *send* of its last write a majority applied,
+//!    for `ttl - drift` (`validity`).
+//! 2. **Watcher side**: a [`Watch`] records, per node, the state it showed (a value that never
+//!    repeats) with the node incarnation that showed it and when it was first seen unchanged.
+//! 3. A watcher may treat the lease as over only after a majority showed one state unchanged
+//!    for `ttl + drift` (`watch_window`, `quiet_for`) from the receipt of the first reply that
+//!    showed it; `plan_with` then says whether an acquisition goes at once (no key on a majority),
+//!    swaps the watched state, or waits.
+//! 4. `judge_extension` says what an extension's tally means; `beats.rs` applies the same watch
+//!    to a group's beats (a member is gone only after its beat stayed unchanged).
+//!
+//! # Guarantees
+//! With clock rates within [`MAX_DRIFT_RATE`] (0.5 %) of real time, a holder's validity ends
+//! before any watcher acts on its lease (the argument is on [`MAX_DRIFT_RATE`]): the holder's last
+//! write applied on a majority meets the watcher's majority at a node where it landed before the
+//! watcher's first reading. Not guaranteed: anything about clocks running faster or slower than
+//! that rate; a process paused past its validity notices nothing while paused.
+//!
+//! # Invariants
+//! - Architecture invariant: a watcher acts on a lease only after seeing the same never-repeating
+//!   state (random value + version, or a beat sequence) on the same node incarnation for the
+//!   lease time plus drift; a takeover compare-and-swap carries that incarnation, so a node that
+//!   restarted or was repaired in between refuses it.
+//! - A node that restarts or loses its data shows another marker (`<run_id>.<epoch>`), which
+//!   restarts every watch of it.
+//! - Nothing here reads a clock or does I/O: instants and readings come in as arguments.
+//!
+//! Why this is a sibling of `lock/` and not inside it: see the module docs of `crate::lock`
+//! (the beats, the repair claim, elections, errors and metrics use these rules too).
+//!
+//! # What it relies on outside this folder
+//! - Keys, scripts, repair rule, ACL: none (it decides from readings its callers take: the lock's
+//!   `rq:lock:` keys, a group's beats, the repair claim `rq:repairing`).
+//! - `crate::clock::Instant` (the monotonic instant type, tokio's, so paused-time tests move it).
+//! - Model: `model/src/leases.rs` (the takeover wait and the drift margin; planted bugs "takeover
+//!   without the wait", "no drift margin") and `model/src/views.rs` (the leader's watch of beats,
+//!   "validity beyond the watch window").
+//! - Tests: the unit tests here and in `beats.rs`; `tests/lease_safety.rs` (node clock steps,
+//!   with teeth), `tests/locks.rs` (a lapsed lease taken over only after the watch),
+//!   `tests/membership.rs` (a member judged gone on the leader's clock).
+//!
+//! # Files
+//! - `mod.rs`: drift and validity, [`Watch`], the acquisition plan (`plan_with`), `quiet_for`,
+//!   `judge_extension`, [`LossReason`].
+//! - `beats.rs`: the leader's watch over a group's beats (`Beats`).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 /// The pure decision core of every lease: validity, watching, takeover and expiry, with time
 /// passed in. No I/O, no clock reads, no Redis: table-tested below.
@@ -246,7 +295,7 @@ pub(crate) fn plan(watch: &Watch<KeyState>, needed: usize, now: Instant) -> Plan
     plan_with(watch, needed, now, watch_window)
 }
 
-/// [`plan`] with the watch window given as a function of the key's lease time (the
+/// `plan` (test-only) with the watch window given as a function of the key's lease time (the
 /// `test-util` switch "takeover without the wait" passes zero).
 pub(crate) fn plan_with(
     watch: &Watch<KeyState>,

@@ -184,16 +184,7 @@ impl Lock {
         let needed = inner.client.majority().needed();
         let started = Instant::now();
         for round in 0..ROUNDS {
-            let known = inner.known_fence.load(Ordering::Acquire);
-            let token = decide::next_token(known, round, &mut rand::rng());
-            if token >= VALUE_LIMIT {
-                return Err(Error::Exhausted {
-                    sequence: format!("fence of lock {}", inner.name.as_str()),
-                    limit: VALUE_LIMIT,
-                });
-            }
-            // Value = 128 random bits (fresh per round), the token, the holder description.
-            let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
+            let (token, value) = self.proposal(round)?;
             let stamp = Stamp::now();
             let start = stamp.mono;
             let asks = match lease::plan_with(&inner.watch(), needed, start, inner.takeover_window)
@@ -249,6 +240,26 @@ impl Lock {
             attempts: ROUNDS,
             elapsed: started.elapsed(),
         })
+    }
+
+    /// Round `round`'s token (above the highest fence this handle knows, see
+    /// [`decide::next_token`]) and lease value: 128 random bits (fresh per round), the token,
+    /// the holder description.
+    ///
+    /// # Errors
+    /// [`Error::Exhausted`] when the token would reach 2^53.
+    fn proposal(&self, round: u32) -> Result<(u64, Arc<str>), Error> {
+        let inner = &self.inner;
+        let known = inner.known_fence.load(Ordering::Acquire);
+        let token = decide::next_token(known, round, &mut rand::rng());
+        if token >= VALUE_LIMIT {
+            return Err(Error::Exhausted {
+                sequence: format!("fence of lock {}", inner.name.as_str()),
+                limit: VALUE_LIMIT,
+            });
+        }
+        let value: Arc<str> = format!("{}:{}:{}", random_hex128(), token, inner.holder).into();
+        Ok((token, value))
     }
 
     /// What a round's tally means (see [`decide::after_round`]).

@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::clock::Stamp;
+use crate::clock::{Instant, Stamp};
 use crate::quorum::{NodeOutcome, UnknownCause};
 
 /// What one acquisition round's tally says.

@@ -6,7 +6,7 @@
 //! The watchdogs of one client's leases hand their extensions to the client's [`Batcher`],
 //! which sends what has gathered a short while after the first arrived ([`decide::gather`]:
 //! at most 100 ms, and at most a thirtieth of the shortest TTL waiting), at most
-//! [`MAX_BATCH`] leases per call. An explicit [`LockGuard::extend`](super::LockGuard::extend)
+//! [`MAX_BATCH`] leases per call. An explicit extension (`LockGuard::extend`, in `guard.rs`)
 //! is sent at once, alone.
 
 use std::collections::HashMap;

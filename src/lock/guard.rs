@@ -5,6 +5,7 @@ use crate::metrics::{self, Extension};
 
 /// A lease's state, as published on [`LockGuard::status`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseStatus {
     /// Held until the instant (monotonic clock), unless extended.
     Held {
@@ -18,7 +19,7 @@ pub enum LeaseStatus {
 impl Lock {
     /// Extend this lease on every voting node with the next version (re-creating a missing
     /// copy where safe): alone and at once, or (`batched`) in the client's next extension
-    /// call with its other leases due about now (see [`extend`](super::extend)).
+    /// call with its other leases due about now (see [`extend`](mod@super::extend)).
     pub(super) async fn send_extend(
         &self,
         value: &Arc<str>,

@@ -10,6 +10,7 @@ use super::*;
 /// the lease long enough to tell: a live holder extends it (bumping
 /// [`version`](Holder::version)) every third of its TTL.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The holder description given with [`LockOptions::with_holder`] (a candidate ID for
     /// elections).
@@ -219,7 +220,7 @@ fn majority_value<'a>(states: &[&'a KeyState], needed: usize) -> Option<(&'a str
 /// blocker (its sources disagreed on the holder: nobody's lease) or an unreadable value.
 fn holder_of(value: &str, version: u64, ttl: Duration) -> Option<Holder> {
     let mut parts = value.splitn(3, ':');
-    if parts.next()? == crate::repair::BLOCKER_PREFIX {
+    if parts.next()? == crate::keys::BLOCKER_PREFIX {
         return None;
     }
     let token: u64 = parts.next()?.parse().ok()?;

@@ -2,14 +2,86 @@
 //! acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
 //! lock, and **no node clock in any decision**.
 //!
-//! The guarantees are documented on `Lock`.
+//! # How it works
+//! A lock key on each node holds `(value, version, ttl)` and never expires on the node; the
+//! lock's fence key holds the highest token granted.
+//! 1. **Acquire** (`acquire.rs`): a round proposes a fresh random value and a token above every
+//!    fence this handle knows; `lock_acquire.lua` grants it on a node that has no key (or, in a
+//!    takeover, that still holds exactly the watched state) and raises the fence in the same
+//!    atomic step. A majority granting with at least half the TTL left wins; any other round is
+//!    released everywhere.
+//! 2. **Takeover**: a held lease is taken over only after this handle saw the same
+//!    `(value, version)` on a majority, on the same node incarnations, unchanged for the TTL plus
+//!    drift on its own monotonic clock (`crate::lease`), and then by compare-and-swap of exactly
+//!    that state.
+//! 3. **Hold** (`guard.rs`): a watchdog extends every TTL/3 (`lock_extend.lua`, batched per
+//!    client in `extend.rs`, each lease judged on its own); each extension bumps the version and
+//!    re-creates a copy a node lacks unless a later grant happened there. Validity runs
+//!    `TTL - drift` from (just before) the send of the last acquisition or extension a majority
+//!    applied; loss is signalled a margin before it ends.
+//! 4. **Release**: `lock_release.lua` deletes only this holder's copy, folds the fence into its
+//!    floor bucket, and publishes a wake-up hint for waiters (`holder.rs`).
 //!
+//! # Guarantees
+//! The full list is on [`Lock`]. Under the crate's assumptions (clients' monotonic clocks within
+//! `MAX_DRIFT_RATE` of real time; nodes' wall clocks may step at any time): every granted
+//! [`FencingToken`] is greater than every token granted before it for the lock; while a guard's
+//! `is_held()` is true, no other client holds the lock; loss (conflict, no quorum, expiry, hold
+//! bound) is signalled no later than `valid_until`, and no extension succeeds after it.
+//! Not guaranteed: a process paused past `valid_until` cannot notice while paused, so mutual
+//! exclusion alone never authorizes a side effect (check the token at the resource:
+//! `crate::fencing`); progress without a majority; fairness; an abandoned lease is taken over
+//! only by a client that watched it for its TTL.
+//!
+//! # Invariants
+//! - Architecture invariant: a fencing token is minted only inside the acquisition script, in
+//!   the same atomic step that grants the lease on that node; there is no separate "get a token"
+//!   call.
+//! - Architecture invariant: no safety decision reads a node's wall clock: no script calls
+//!   `TIME`, no key expiry is relied on (`PEXPIRE` only behind the test-only
+//!   `with_server_clock_leases_for_tests`); every "is it over?" is decided by a client on its own
+//!   monotonic clock through `crate::lease`.
+//! - Architecture invariant: a lease's loss is published (status channel, cancellation token,
+//!   `lost()`) a margin before its validity deadline, computed from an instant before the send of
+//!   the last successful acquisition or extension (and checked on the boot clock).
+//! - A released lock's next token stays above every token it had: acquisitions count from the
+//!   highest of its fence, its floor bucket and the older single floor.
+//!
+//! Why `lease/` is not inside this folder: the lease rules (`crate::lease`) are also the rules of
+//! a group's beats (`lease/beats.rs`, watched by the group leader), of the repair claim's takeover
+//! (`repair/claim.rs`), of an election's "looks abandoned" and of [`LossReason`] in errors and
+//! metrics. Under `lock/` all of those would depend on the lock for a pure core; as a sibling,
+//! `lock/` depends on `lease/` and nothing depends on `lock/` for the rules.
+//!
+//! # What it relies on outside this folder
+//! - Keys (`src/keys.rs`): `KeyKind::Lock` (`rq:lock:<name>`: a hash `v`, `n`, `t`),
+//!   `KeyKind::Fence` (`rq:fence:<name>`), `KeyKind::FenceFloor` (`floor_key`: 1,024 buckets,
+//!   and the older single `rq:floor`), `BLOCKER_PREFIX` (a repair's blocker is nobody's lease);
+//!   a group's or pool's leader lease uses `KeyKind::GroupLock`/`KeyKind::PoolLock` and their
+//!   fences.
+//! - Scripts: `src/scripts/lock_acquire.lua`, `src/scripts/lock_extend.lua`,
+//!   `src/scripts/lock_release.lua` (and `src/scripts/fenced_set.lua` at the resource, in
+//!   `src/fencing.rs`).
+//! - Lease rules: `src/lease/mod.rs` (drift, validity, the watch, the acquisition plan).
+//! - Repair rule (`src/repair/plan.rs`): a lease key is restored only where the node has none,
+//!   with the copy its sources agree on, else a blocker (`restore.lua`); fences and floors are
+//!   raised, and every floor is read again after the scans.
+//! - ACL (`src/acl.rs`): `Feature::Locks` (`HMGET`, `HGET`, `HSET`, `DEL`, `PUBLISH`,
+//!   `SUBSCRIBE`).
+//! - Model: `model/src/leases.rs` (`rq-model leases`), checked in `model/tests/leases.rs`;
+//!   `model/tests/conformance_leases.rs` compares it with the real scripts.
+//! - Tests: `tests/locks.rs` (fencing a paused holder, the loss signal, racing clients, with
+//!   teeth), `tests/lease_safety.rs` (clock steps and lost copies), `tests/floor_repair.rs`,
+//!   `tests/gc.rs` (fence keys collected), `tests/hostile_values.rs`; `benches/locks.rs`.
+//!
+//! # Files
 //! - `mod.rs`: [`Lock`], [`LockOptions`], construction.
-//! - `decide.rs`: the pure decisions of one lease (after a round, the watchdog's schedule),
+//! - `decide.rs`: the pure decisions of one lease (after a round, the watchdog's schedule);
 //!   table-tested.
 //! - `steps.rs`: the node steps (acquire, extend, release, read) and their pure decoders.
 //! - `acquire.rs`: acquisition rounds, waiting, scoped `run`, release.
-//! - `guard.rs`: [`LockGuard`], extension, the watchdog, the loss signal.
+//! - `extend.rs`: extensions, one lease or a client's many (the per-client batcher).
+//! - `guard.rs`: [`LockGuard`], the watchdog, the loss signal.
 //! - `holder.rs`: who holds a lock; release wake-up hints.
 
 mod acquire;

@@ -39,6 +39,14 @@ impl ViewVersion {
     }
 }
 
+/// A token (a view's, an acknowledgement's) as Redis stores it: digits only, below 2^53.
+pub(crate) fn parse_int(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|v| *v < crate::VALUE_LIMIT)
+}
+
 /// Whether tasks may be taken under a view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

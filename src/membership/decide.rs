@@ -6,9 +6,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::assign::{self, ListRef, Ownership, View, ViewState, ViewVersion};
-use super::group::Assignment;
-use super::register;
+use super::assign::{self, parse_int, ListRef, Ownership, View, ViewState, ViewVersion};
+use super::assignment::Assignment;
 use super::tables::Held;
 use crate::clock::Stamp;
 
@@ -142,7 +141,7 @@ pub(crate) fn acked_members(
 ) -> BTreeSet<String> {
     acks.iter()
         .filter(|(m, _)| !m.ends_with(ACK_DIGEST))
-        .filter_map(|(m, t)| Some((m, register::parse_int(t)?)))
+        .filter_map(|(m, t)| Some((m, parse_int(t)?)))
         .filter(|(m, t)| {
             *t > token
                 || (*t == token

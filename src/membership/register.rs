@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
-use super::assign::{View, ViewVersion};
-use crate::client::{decode as client_decode, script_call, Client, Guard, Request, Step};
+use super::assign::{parse_int, View, ViewVersion};
+use crate::client::{decode as client_decode, script_call, Client, Guard, NodeCtx, Request, Step};
 use crate::error::{Error, NoQuorum};
 use crate::lease::BeatReading;
 use crate::quorum::NodeOutcome;
@@ -65,12 +65,19 @@ pub(crate) fn decode(
     (token, Some(view))
 }
 
-/// A decimal integer as Redis stores it (digits only, below 2^53).
-pub(crate) fn parse_int(s: &str) -> Option<u64> {
-    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok().filter(|v| *v < crate::VALUE_LIMIT)
+/// One node's beats as read on the node `ctx` names (its index and incarnation with them).
+pub(crate) fn beat_reading(
+    ctx: &NodeCtx,
+    beats: std::collections::BTreeMap<String, String>,
+) -> BeatReading {
+    (
+        ctx.node,
+        ctx.marker.clone(),
+        beats
+            .into_iter()
+            .map(|(k, v)| (k, Arc::<str>::from(v)))
+            .collect(),
+    )
 }
 
 /// Choose the view a majority's answers name: the highest version. A corrupted register, or two
@@ -150,7 +157,7 @@ impl ViewRegister {
                 redis::from_redis_value(v)?;
             Ok(NodeOutcome::Applied((
                 decode(token, json, hash),
-                super::group::beat_reading(ctx, beats),
+                beat_reading(ctx, beats),
             )))
         });
         let tally = self

@@ -1,6 +1,6 @@
 //! The hook by which work distribution rides on a group: views that carry unit lists.
 //!
-//! A group [`Member`](super::Member) with a [`Tables`] is a pool member: its leader asks the
+//! A group `Member` with a [`Tables`] is a pool member: its leader asks the
 //! tables for the lists the next view must carry (and writes their fields to a majority before
 //! the view naming them is sealed), and every member loads the units its view gives it. The
 //! group's barrier, beats, acknowledgements and drain hooks are unchanged: a unit is a task,

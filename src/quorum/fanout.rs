@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -97,17 +97,7 @@ async fn run<T: Send + 'static>(
     let (mut applied, mut settled) = (0usize, 0usize);
     // With `Wait::Linger`, the instant after which pending nodes are abandoned.
     let mut linger_until: Option<Instant> = None;
-    loop {
-        let next = match linger_until {
-            None => in_flight.next().await,
-            Some(until) => match tokio::time::timeout_at(until, in_flight.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
-        };
-        let Some((node, outcome, latency)) = next else {
-            break;
-        };
+    while let Some((node, outcome, latency)) = next_answer(&mut in_flight, linger_until).await {
         pending_ids.retain(|p| *p != node);
         if outcome.is_applied() {
             applied += 1;
@@ -130,13 +120,8 @@ async fn run<T: Send + 'static>(
             if let Some(tx) = decided.take() {
                 let _ = tx.send(applied);
             }
-            match wait {
-                Wait::Decided => break,
-                Wait::Linger(cap) if linger_until.is_none() => {
-                    let extra = (start.elapsed() * 2).clamp(MIN_LINGER, cap.max(MIN_LINGER));
-                    linger_until = Some(Instant::now() + extra);
-                }
-                Wait::Linger(_) | Wait::All => {}
+            if stop_after_decision(wait, start, &mut linger_until) {
+                break;
             }
         }
     }
@@ -151,6 +136,34 @@ async fn run<T: Send + 'static>(
         });
     }
     Tally::new(majority, results, start.elapsed())
+}
+
+/// The next node's answer, or None when every node answered or the linger ended.
+async fn next_answer<S: Stream + Unpin>(
+    in_flight: &mut S,
+    linger_until: Option<Instant>,
+) -> Option<S::Item> {
+    match linger_until {
+        None => in_flight.next().await,
+        Some(until) => tokio::time::timeout_at(until, in_flight.next())
+            .await
+            .ok()
+            .flatten(),
+    }
+}
+
+/// Once decided: whether to stop now (`Wait::Decided`); with `Wait::Linger`, the first time,
+/// set when the pending nodes are abandoned (twice the decision's time, capped).
+fn stop_after_decision(wait: Wait, start: Instant, linger_until: &mut Option<Instant>) -> bool {
+    match wait {
+        Wait::Decided => true,
+        Wait::Linger(cap) if linger_until.is_none() => {
+            let extra = (start.elapsed() * 2).clamp(MIN_LINGER, cap.max(MIN_LINGER));
+            *linger_until = Some(Instant::now() + extra);
+            false
+        }
+        Wait::Linger(_) | Wait::All => false,
+    }
 }
 
 trait InspectTally: Sized {

@@ -1,12 +1,55 @@
-//! Majority math and per-node outcomes: the pure decision core of every quorum operation.
+//! Quorum: majority arithmetic over the configured nodes, per-node outcomes, and the one fan-out
+//! primitive every operation goes through. The base of every protocol above it.
 //!
-//! Nothing in this module does I/O or reads a clock. `fanout` is the one place where
-//! requests go out to the nodes; it feeds each answer into a [`Tally`] and asks
-//! [`Majority::decide`] whether it may stop.
+//! # How it works
+//! An operation goes to every node at once and is decided by a majority of the *configured*
+//! nodes (`n / 2 + 1`, [`Majority`]):
+//! 1. `fanout::fan_out` starts one call per node, each under its own deadline;
+//! 2. each answer becomes a [`NodeOutcome`] (applied, rejected, or unknown with its
+//!    [`UnknownCause`]) in a [`Tally`], and [`Majority::decide`] (for a batch, `items_decision`:
+//!    every item judged as if sent alone) says whether the outcome is decided: a majority
+//!    applied, or a majority has become impossible;
+//! 3. the fan-out returns once decided (`Wait::Decided`), once every node answered (`Wait::All`),
+//!    or a short while after the decision (`Wait::Linger`); a node not awaited is
+//!    [`UnknownCause::Abandoned`].
 //!
-//! Architecture invariant: a node whose reply did not arrive (timeout, lost reply, broken
-//! connection, abandoned after the decision) is [`NodeOutcome::Unknown`], never "not applied".
-//! Only a reply that says so is [`NodeOutcome::Rejected`].
+//! `bounded_learn` takes from many replies the value a majority vouches for, so one node
+//! reporting a value far above the others' is not followed.
+//!
+//! # Guarantees
+//! - A decision counts only replies that arrived: a hung node costs at most its per-node
+//!   deadline, and nothing when a majority answered first.
+//! - Two majorities of the same `n` nodes share a node: every protocol's safety argument starts
+//!   here (with cluster identity, `crate::cluster`, making every client count over the same `n`
+//!   servers).
+//!
+//! Not guaranteed: that a request whose reply was lost did not apply (it may have: that is
+//! exactly an [`UnknownCause::Timeout`]).
+//!
+//! # Invariants
+//! - Architecture invariant: a node whose reply did not arrive (timeout, lost reply, broken
+//!   connection, abandoned after the decision) is [`NodeOutcome::Unknown`], never "not applied".
+//!   Only a reply that says so is [`NodeOutcome::Rejected`].
+//! - Architecture invariant: this file (`quorum/mod.rs`) does no I/O and reads no clock; majority
+//!   math exists only here. `fanout.rs` is the one place where requests go out to the nodes
+//!   (through `Client::send`); it only counts.
+//! - The majority is `needed` of the configured nodes: excluded, quarantined or unreachable nodes
+//!   make a quorum harder to reach, never easier (only the `test-util` switch
+//!   `Config::with_unsafe_quorum_for_tests` lowers it).
+//!
+//! # What it relies on outside this folder
+//! - Keys, scripts, repair rule, ACL: none (it never names a key; `crate::client` builds the
+//!   requests it fans out).
+//! - Model: every model (`model/src/ids.rs`, `model/src/leases.rs`, `model/src/views.rs`,
+//!   `model/src/copy.rs`) counts majorities of the configured nodes as this module does.
+//! - Tests: the unit tests here and in `fanout.rs` (scripted nodes under paused tokio time);
+//!   `tests/foundation.rs` (majorities under node loss, a frozen node's cost) and
+//!   `tests/metrics.rs` (outcomes per operation and per node).
+//!
+//! # Files
+//! - `mod.rs`: [`Majority`], [`Decision`], [`NodeOutcome`], [`UnknownCause`], [`Tally`],
+//!   `bounded_learn`; pure, table-tested.
+//! - `fanout.rs`: the fan-out primitive and its tracing span.
 
 pub(crate) mod fanout;
 

@@ -182,7 +182,7 @@ impl Client {
             Origin::Unknown => Err(Error::Config(ConfigError::ClusterSetUp(format!(
                 "no cluster is set up on these nodes, so none can change its node list: \
                  {}",
-                super::INIT_HINT
+                crate::cluster::INIT_HINT
             )))),
         }
     }

@@ -41,14 +41,12 @@ use std::sync::Arc;
 
 use crate::client::{Client, NodeConn, Request, Step, Targets};
 use crate::config::CopyEvent;
-use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::NodeOutcome;
-use crate::scripts::{RAISE, RESTORE, VIEW_WRITE};
 
+use super::page::{behind, raise, read_keys, Behind};
+pub(crate) use super::page::{Incarnation, Target};
 pub(crate) use super::plan::classify;
-use super::plan::{
-    fence_of, lease_token, plan_with, HashMerge, Holdings, Kind, Plan, BLOCKER_HOLDER,
-};
+use super::plan::{plan_with, Holdings, Plan};
 
 /// Why a source is dropped from a copy.
 const CHANGED: &str = "lost its data, restarted or was repaired during the copy";
@@ -63,17 +61,6 @@ const DISPUTE_REREADS: u32 = 3;
 
 /// The pattern every state key matches (a fixed string: user names never reach a pattern).
 const STATE_PATTERN: &str = "rq:*";
-
-/// A source's incarnation as the census found it: the copy reads it only while it is the same.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Incarnation {
-    /// The server's run_id (a restart changes it).
-    pub(crate) run_id: String,
-    /// Its marker (a FLUSHALL removes it).
-    pub(crate) marker: Option<String>,
-    /// Its last repair's nonce (`rq:marked`: every repair writes a new one).
-    pub(crate) marked: Option<String>,
-}
 
 /// The nodes a copy reads from, each with the incarnation it must keep, and how many must stay
 /// unchanged for the copy to go on (a majority of the cluster the copy reads).
@@ -111,224 +98,6 @@ impl Sources {
         }
         Ok(())
     }
-}
-
-/// One source's answer to a read behind its incarnation.
-#[derive(Clone, Debug)]
-enum Behind<T> {
-    /// Read on the incarnation the copy planned on.
-    Same(T),
-    /// The source is not that incarnation any more: what it returned is worthless.
-    Changed,
-}
-
-/// Run `fill`'s commands on `nc` in one MULTI/EXEC behind a read of the marker and of the last
-/// repair's nonce, and compare both (and the connection's run_id) with `expected`. `check`
-/// false is the TEST-ONLY blind copy.
-async fn behind(
-    nc: &mut NodeConn,
-    expected: &Incarnation,
-    check: bool,
-    fill: impl FnOnce(&mut redis::Pipeline),
-) -> redis::RedisResult<Behind<Vec<redis::RedisResult<redis::Value>>>> {
-    let mut pipe = redis::pipe();
-    pipe.atomic().ignore_errors();
-    pipe.cmd("GET").arg(fixed_key(KeyKind::Marker));
-    pipe.cmd("GET").arg(fixed_key(KeyKind::Marked));
-    fill(&mut pipe);
-    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut nc.conn).await?;
-    if replies.len() < 2 {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "copy read",
-            format!("expected at least 2 replies, got {}", replies.len()),
-        )));
-    }
-    let rest = replies.split_off(2);
-    let marked: Option<String> =
-        redis::from_redis_value(replies.pop().unwrap_or(Ok(redis::Value::Nil))?)?;
-    let marker: Option<String> =
-        redis::from_redis_value(replies.pop().unwrap_or(Ok(redis::Value::Nil))?)?;
-    let same = nc.run_id() == expected.run_id.as_str()
-        && marker == expected.marker
-        && marked == expected.marked;
-    Ok(if same || !check {
-        Behind::Same(rest)
-    } else {
-        Behind::Changed
-    })
-}
-
-/// Read the given keys from one node, each by its kind, in one transaction behind its
-/// incarnation. A key of an unexpected type (an older layout) or with a value that does not
-/// parse is skipped.
-async fn read_keys(
-    mut nc: NodeConn,
-    keys: &[String],
-    expected: &Incarnation,
-    check: bool,
-) -> redis::RedisResult<Behind<Holdings>> {
-    let kinds: Vec<Kind> = keys.iter().filter_map(|k| classify(k)).collect();
-    let replies = behind(&mut nc, expected, check, |pipe| {
-        for (key, kind) in keys.iter().zip(&kinds) {
-            match kind {
-                Kind::Register => pipe.cmd("GET").arg(key),
-                Kind::View => pipe.cmd("HMGET").arg(key).arg("token").arg("view"),
-                Kind::Lease => pipe.cmd("HMGET").arg(key).arg("v").arg("n").arg("t"),
-                Kind::Hash(_) => pipe.cmd("HGETALL").arg(key),
-            };
-        }
-    })
-    .await?;
-    let Behind::Same(replies) = replies else {
-        return Ok(Behind::Changed);
-    };
-    let mut h = Holdings::default();
-    for ((key, kind), reply) in keys.iter().zip(&kinds).zip(replies) {
-        let Ok(value) = reply else { continue };
-        match kind {
-            Kind::Register => {
-                if let Ok(Some(v)) = redis::from_redis_value::<Option<u64>>(value) {
-                    h.registers.insert(key.clone(), v);
-                }
-            }
-            Kind::View => {
-                if let Ok((Some(t), Some(v))) =
-                    redis::from_redis_value::<(Option<u64>, Option<String>)>(value)
-                {
-                    h.views.insert(key.clone(), (t, v));
-                }
-            }
-            Kind::Lease => {
-                if let Ok((Some(v), Some(n), Some(t))) =
-                    redis::from_redis_value::<(Option<String>, Option<u64>, Option<u64>)>(value)
-                {
-                    h.leases.insert(key.clone(), (v, n, t));
-                }
-            }
-            Kind::Hash(_) => {
-                if let Ok(fields) = redis::from_redis_value::<BTreeMap<String, String>>(value) {
-                    if !fields.is_empty() {
-                        h.hashes.insert(key.clone(), fields);
-                    }
-                }
-            }
-        }
-    }
-    Ok(Behind::Same(h))
-}
-
-/// A node a copy writes to: the incarnation it must keep and the claim it must carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Target {
-    pub(crate) run_id: String,
-    /// The repairer's claim nonce the node must carry for every write (`*`: the TEST-ONLY
-    /// unclaimed write).
-    pub(crate) claim: String,
-}
-
-/// Raise one node to `plan`, only while it is still the incarnation `target` names and carries
-/// its claim. Applied(number of keys or fields written), or Rejected when the node restarted
-/// or refused a write (its claim is gone: another repair finished, or the node lost its data).
-async fn raise(
-    mut nc: NodeConn,
-    plan: &Plan,
-    target: &Target,
-) -> redis::RedisResult<NodeOutcome<usize>> {
-    if nc.run_id() != target.run_id.as_str() {
-        return Ok(NodeOutcome::Rejected(0));
-    }
-    let claim_key = fixed_key(KeyKind::RepairClaim);
-    let claim = target.claim.as_str();
-    let mut raised = 0usize;
-    // Each call answers -1 when the claim is not the repairer's: the node then takes nothing
-    // more of this copy.
-    let counted = |raised: &mut usize, n: i64| -> Option<()> {
-        *raised += usize::try_from(n).ok()?;
-        Some(())
-    };
-    for chunk in plan.registers.chunks(200) {
-        let mut inv = RAISE.prepare_invoke();
-        inv.key(&claim_key).arg(claim);
-        for (k, v) in chunk {
-            inv.key(k).arg(*v);
-        }
-        if counted(&mut raised, inv.invoke_async::<i64>(&mut nc.conn).await?).is_none() {
-            return Ok(NodeOutcome::Rejected(0));
-        }
-    }
-    for (key, (token, view)) in &plan.views {
-        // The view register's own compare-and-set on the view's base, under the claim instead
-        // of the marker: the node is being repaired precisely because its marker is missing or
-        // stale.
-        let Ok(parsed) = serde_json::from_str::<crate::membership::View>(view) else {
-            continue;
-        };
-        let base = parsed.base.token().map(|t| t.get()).unwrap_or(0);
-        let (stored, _): (i64, u64) = VIEW_WRITE
-            .key(key)
-            .key(fixed_key(KeyKind::Marker))
-            .key(&claim_key)
-            .arg(*token)
-            .arg(view)
-            .arg(crate::membership::View::digest(view))
-            .arg(base)
-            .arg(format!("claim:{claim}"))
-            .invoke_async(&mut nc.conn)
-            .await?;
-        if stored == -1 {
-            return Ok(NodeOutcome::Rejected(0));
-        }
-        raised += usize::from(stored == 1);
-    }
-    for (key, (value, version, ttl)) in &plan.leases {
-        let Some(fence_key) = fence_of(key) else {
-            continue;
-        };
-        let written: i64 = RESTORE
-            .key(&claim_key)
-            .key(key)
-            .key(&fence_key)
-            .arg(claim)
-            .arg("lease")
-            .arg(value)
-            .arg(*version)
-            .arg(*ttl)
-            .arg(lease_token(value))
-            .arg(BLOCKER_HOLDER)
-            .invoke_async(&mut nc.conn)
-            .await?;
-        if counted(&mut raised, written).is_none() {
-            return Ok(NodeOutcome::Rejected(0));
-        }
-    }
-    for (key, (merge, fields)) in &plan.hashes {
-        let third = match merge {
-            HashMerge::Units => units_floor_of(key).unwrap_or_else(|| key.clone()),
-            _ => key.clone(),
-        };
-        for chunk in fields.iter().collect::<Vec<_>>().chunks(200) {
-            let mut inv = RESTORE.prepare_invoke();
-            inv.key(&claim_key)
-                .key(key)
-                .key(&third)
-                .arg(claim)
-                .arg(merge.mode());
-            for (f, v) in chunk {
-                inv.arg(*f).arg(*v);
-            }
-            if counted(&mut raised, inv.invoke_async::<i64>(&mut nc.conn).await?).is_none() {
-                return Ok(NodeOutcome::Rejected(0));
-            }
-        }
-    }
-    Ok(NodeOutcome::Applied(raised))
-}
-
-/// A pool's collection floor key from its unit register's key (`rq:units:p` -> `rq:ufloor:p`).
-fn units_floor_of(units_key: &str) -> Option<String> {
-    let pool = units_key.strip_prefix("rq:units:")?;
-    Some(format!("rq:ufloor:{pool}"))
 }
 
 /// How a paged copy ended.
@@ -378,32 +147,14 @@ impl Client {
         };
         self.copy_event(CopyEvent::Started).await;
         for source in sources.list() {
-            let mut cursor: u64 = 0;
-            loop {
-                if !sources.nodes.contains_key(&source) {
-                    break;
-                }
-                let (next, keys) = match self.scan_page(&sources, source, cursor).await {
-                    Ok(Some(page)) => page,
-                    Ok(None) => {
-                        sources.drop_changed(source, CHANGED)?;
-                        break;
-                    }
-                    Err(why) => {
-                        sources.drop_changed(source, &why)?;
-                        break;
-                    }
-                };
-                if !keys.is_empty() {
-                    self.copy_page(&mut sources, target, keys, &mut copied)
-                        .await?;
-                }
-                between_pages().await?;
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            self.copy_source(
+                source,
+                &mut sources,
+                target,
+                &mut copied,
+                &mut between_pages,
+            )
+            .await?;
         }
         // A lock release moves a token granted BEFORE the copy from the lock's fence key into
         // its floor bucket, then deletes the fence key: both can escape the scans (the fence
@@ -427,6 +178,40 @@ impl Client {
         self.verify_sources(&mut sources).await?;
         copied.sources = sources.list();
         Ok(copied)
+    }
+
+    /// Copy every page of `source`'s keyspace (each read from every source, see
+    /// [`copy_page`](Self::copy_page)), running `between_pages` after each. A source that
+    /// changed or stopped answering is dropped, and its scan ends there.
+    async fn copy_source<F, Fut>(
+        &self,
+        source: usize,
+        sources: &mut Sources,
+        target: &Client,
+        copied: &mut Copied,
+        between_pages: &mut F,
+    ) -> Result<(), String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let mut cursor: u64 = 0;
+        while sources.nodes.contains_key(&source) {
+            let (next, keys) = match self.scan_page(sources, source, cursor).await {
+                Ok(Some(page)) => page,
+                Ok(None) => return sources.drop_changed(source, CHANGED),
+                Err(why) => return sources.drop_changed(source, &why),
+            };
+            if !keys.is_empty() {
+                self.copy_page(sources, target, keys, copied).await?;
+            }
+            between_pages().await?;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        Ok(())
     }
 
     /// The test-only pause points of a copy.
@@ -524,17 +309,37 @@ impl Client {
         keys: Vec<String>,
         copied: &mut Copied,
     ) -> Result<(), String> {
-        let deadline = self.inner.config.operation_timeout;
-        let check = self.inner.config.copy_checks;
-        let page: Arc<Vec<String>> = Arc::new(keys);
         // Every key of the page is copied, also keys an earlier source holds: SCAN need not
         // return a key created on that source after its scan passed.
-        copied.keys += page.len();
-        // Each read is sound on its own (it follows the repair's wait), so a page whose sources
-        // disagree on a lease's holder is read again a few times before the disputed keys get
-        // a blocker: a contender's losing round is usually released within milliseconds.
+        copied.keys += keys.len();
+        let plan = self.read_page(sources, Arc::new(keys)).await?;
+        if let Some(key) = plan.ambiguous.first() {
+            return Err(format!(
+                "the sources hold two views of {key} derived from one base; the repair waits \
+                 for the next seal"
+            ));
+        }
+        self.copy_event(CopyEvent::PageRead).await;
+        if plan.is_empty() {
+            return Ok(());
+        }
+        self.write_page(target, Arc::new(plan), copied).await
+    }
+
+    /// The merge of `page` as read from every source, behind its incarnation (a source that
+    /// changed or did not answer is dropped). Each read is sound on its own (it follows the
+    /// repair's wait), so a page whose sources disagree on a lease's holder is read again a few
+    /// times, one node timeout apart, before the disputed keys get a blocker: a contender's
+    /// losing round is usually released within milliseconds.
+    async fn read_page(
+        &self,
+        sources: &mut Sources,
+        page: Arc<Vec<String>>,
+    ) -> Result<Plan, String> {
+        let deadline = self.inner.config.operation_timeout;
+        let check = self.inner.config.copy_checks;
         let mut rereads = 0;
-        let plan = loop {
+        loop {
             let (p, expected) = (page.clone(), Arc::new(sources.nodes.clone()));
             let read = Step::session(move |nc: NodeConn| {
                 let (p, expected) = (p.clone(), expected.clone());
@@ -569,21 +374,21 @@ impl Client {
                 self.inner.config.repair_epochs,
             );
             if plan.disputed == 0 || rereads == DISPUTE_REREADS {
-                break Arc::new(plan);
+                return Ok(plan);
             }
             rereads += 1;
             tokio::time::sleep(self.inner.config.node_timeout).await;
-        };
-        if let Some(key) = plan.ambiguous.first() {
-            return Err(format!(
-                "the sources hold two views of {key} derived from one base; the repair waits \
-                 for the next seal"
-            ));
         }
-        self.copy_event(CopyEvent::PageRead).await;
-        if plan.is_empty() {
-            return Ok(());
-        }
+    }
+
+    /// Raise every target still complete to `plan` (through `target`, the targets' client);
+    /// a target that does not take it is dropped, and none left is an error.
+    async fn write_page(
+        &self,
+        target: &Client,
+        plan: Arc<Plan>,
+        copied: &mut Copied,
+    ) -> Result<(), String> {
         let targets = Arc::new(copied.complete.clone());
         let nodes: Vec<usize> = targets.keys().copied().collect();
         let write = Step::session(move |nc: NodeConn| {
@@ -595,6 +400,7 @@ impl Client {
                 raise(nc, &plan, t).await
             }
         });
+        let deadline = self.inner.config.operation_timeout;
         let request = Request::any_node("repair.write", Targets::of(&nodes)).within(deadline);
         let write = target.send(request, write).await;
         let mut took = BTreeSet::new();

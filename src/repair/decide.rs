@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::cluster::{self, Adoption, Descriptor, Standing};
+use crate::cluster::{self, Adoption, Descriptor, Standing, INIT_HINT};
 
 use super::{Census, RepairOutcome};
 
@@ -68,12 +68,6 @@ pub(super) enum Plan {
     /// Not now.
     Wait(String),
 }
-
-/// What the error of a client on nodes without a set-up cluster says to do.
-pub(crate) const INIT_HINT: &str = "set one up with `redquorum cluster init` \
-     (Client::init_cluster): nothing was written. If these nodes held a cluster before, a \
-     majority of them lost their data, and its IDs and fencing tokens start again from 1 in \
-     the cluster set up anew";
 
 /// The plan for repairing node `target` from a census of `nodes` nodes (the answers only),
 /// with a majority of `needed`: a copy from `needed` marked others. A repair never sets a

@@ -1,66 +1,105 @@
-//! Node amnesia: quarantine and repair.
+//! Node amnesia: quarantine and repair; and the copies of a cluster's state that `cluster init`
+//! and `cluster change` make (set-up and a change of the node list).
 //!
 //! A node that lost its data (wiped disk, replaced host, FLUSHALL, a restart without its AOF)
-//! silently breaks the majority-intersection argument: an ID accepted by {A, B, C} is lost
-//! with B, and {B, D, E} could accept it again. So every node carries a marker (`rq:marker`)
-//! holding the run_id of the incarnation that was last verified to hold every value a
-//! majority accepted, and the id of its cluster (see [`crate::cluster`]). The scripts refuse
-//! to vote unless the marker equals `<run_id>.<epoch>/<cluster id>` as the client expects it; the
-//! client quarantines a node whose marker is missing or names another run_id (it lost data, or
-//! restarted since it was verified).
+//! silently breaks the majority-intersection argument: an ID accepted by {A, B, C} is lost with
+//! B, and {B, D, E} could accept it again. So every node carries a marker (`rq:marker`) naming
+//! the incarnation last verified to hold every value a majority accepted and its cluster,
+//! `<run_id>.<epoch>/<cluster id>` (see `crate::cluster`). Every script that writes or decides
+//! refuses to vote unless the marker is the one the client expects; the client quarantines a node
+//! whose marker is missing or names another run_id.
 //!
-//! One client at a time repairs a node (a claim key on the node, [`claim`]: it expires on no
-//! node's clock; another repairer takes a silent claim over after watching it unchanged for its
-//! lifetime on its own monotonic clock; it decides only who does the work, as every write of
-//! the copy and the final mark check it atomically, so a repairer that lost it writes nothing).
-//! Repair first waits one node timeout, then copies, page by page ([`copy`]), what a majority
-//! of the *other* marked nodes hold, every read behind the incarnation the census found for its
-//! source (so a source flushed mid-copy is dropped, never read as empty): every monotonic
-//! register (ID sequences, lock fences, group views) raised to the largest value read, and
-//! what the node lacks of lease keys, completion records, acknowledgements, and membership
-//! beats at their highest sequence; then it writes the descriptor and the marker, with a new
-//! epoch (so the marker never repeats on a node that lost its data). Why that is
-//! enough: any set M that accepted a value is a majority; M minus the repaired node has
-//! `needed - 1` members, the read set R has `needed` members among the other `n - 1` nodes,
-//! and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values accepted
-//! while the node was quarantined were accepted by majorities without it, which any later
-//! majority meets at a node other than it.
+//! # How it works
+//! 1. **Quarantine** (`decide::need`): a node whose marker is missing or stale is repaired before
+//!    it votes again, only by a URL the cluster's descriptor lists.
+//! 2. **Claim** (`claim.rs`): one client at a time repairs a node (`rq:repairing`,
+//!    `claim.lua`). The claim expires on no node's clock: another repairer takes a silent claim
+//!    over after watching it unchanged for its lifetime plus drift on its own monotonic clock.
+//!    It decides only who does the work: every write of the copy and the final mark check it
+//!    atomically.
+//! 3. **Wait** one node timeout (the cluster's: the longest its descriptors record), so that
+//!    every write any client counted has reached the nodes it was counted on.
+//! 4. **Census and copy** (`copy.rs`, `page.rs`, `plan.rs`): page by page, every key a majority of
+//!    the *other* marked nodes hold, each read behind the incarnation the census found for its
+//!    source, merged by its kind's rule and written under the claim: monotonic registers raised
+//!    to the highest value, views by their own compare-and-set, and what the node lacks of lease
+//!    keys, completion records, acknowledgements and beats (at their highest sequence). A lease
+//!    key whose sources hold different holders' copies gets a blocker that no client holds and
+//!    only a takeover removes.
+//! 5. **Mark** (`mark.lua`): the descriptor, then the marker with a new epoch, while the claim
+//!    holds; the node votes again.
 //!
-//! Why the wait: "M accepted the value" must already be true on the other members of M when R
-//! is read. A write the node applied just before losing its data may still be travelling to a
-//! slow member of M; but a client counts a reply only within its node timeout of sending, so
-//! once that long has passed since the loss (the repair starts after it), every write any client
-//! counted is on its nodes. This assumes no client uses a longer node timeout than the
-//! repairing one.
+//! Set-up is never a repair: only `cluster init` (`init.rs`, [`Client::init_cluster`]) marks
+//! blank nodes, when every configured node answers, fewer than a majority hold a marker and none
+//! holds any register. A change of the node list (`change.rs`, [`Client::change_cluster`])
+//! seals a majority of the old nodes (`seal.lua`), waits one node timeout, copies from the sealed
+//! majority with the same paged copy, and marks the new nodes under their claims; run again, it
+//! resumes.
 //!
-//! A lease key is restored only where the node has none. Where its fence (raised, perhaps from
-//! a page read before the lease key's) is above the copy's token, a later grant was made and
-//! may since have been released, so `restore.lua` writes a blocker instead of the copy: the
-//! node is never left free while some source shows a grant it may have counted. A stale copy or
-//! a blocker costs liveness only (a waiter takes it over after watching it for its TTL). Which copy: if
-//! every source that holds the key holds one holder's value, that value (a lease that counted
-//! the lost grant and is still valid has its value on a source read, by the same intersection
-//! argument, so it is this one); if the sources hold different holders' values, a *blocker*
-//! no client holds ([`plan`]'s `restored_copy`): the node may have granted any of them, and
-//! the owner of a restored copy who never won could release it and free the node for a second
-//! holder. Such a page is read again (up to three times, one node timeout apart) before the
-//! blocker is planned: any read after the wait is sound, and a losing round is usually
-//! released by then.
+//! # Guarantees
+//! Why a repair is enough: any set M that accepted a value is a majority; M minus the repaired
+//! node has `needed - 1` members, the read set R has `needed` members among the other `n - 1`
+//! nodes, and `2 * needed - 1 > n - 1`, so R meets M at a node that kept the value. Values
+//! accepted while the node was quarantined were accepted by majorities without it, which any
+//! later majority meets at a node other than it. Why the wait: a write the node applied just
+//! before losing its data may still be travelling to a slow member of M, but a client counts a
+//! reply only within its node timeout of sending. Why a blocker: the node may have granted any of
+//! the holders its sources show, and the owner of a restored copy who never won could release it
+//! and free the node for a second holder. A keyspace of any size finishes (each page has its own
+//! deadline). Not guaranteed: a repair while fewer than a majority of the other nodes are marked
+//! and reachable (it waits, and says why); anything if more than a minority lost their data at
+//! once (such nodes are refused, naming `cluster init`); a stale copy or a blocker costs liveness
+//! (a waiter takes it over after watching it for its TTL).
 //!
-//! Set-up (a new cluster) is never a repair: only `cluster init` ([`Client::init_cluster`])
-//! sets a cluster up, when EVERY configured node answers, fewer than a majority hold a marker,
-//! and no node holds any register: no majority can ever have accepted a value (all of its
-//! members would have had to lose their data, more than a minority), so every unmarked node
-//! is marked without raising anything. Set-up needs all nodes, not just a majority: a
-//! majority that answers could miss exactly the nodes that hold the values while the others
-//! are wiped (a wiped node plus a cut-off one), and safety must not depend on how many nodes
-//! are reachable. A repair that finds fewer than a majority marked waits (its error names
-//! `cluster init`): before this rule, a client set a cluster up implicitly, so after every
-//! node lost its data IDs and tokens silently started again from 1.
+//! # Invariants
+//! - Architecture invariant: a node votes only while its marker names its current run_id and the
+//!   client's cluster, and the marker is written only after the node holds every value a
+//!   majority accepted.
+//! - Architecture invariant: a node's marker names its incarnation, with a new epoch at every
+//!   repair and set-up: a node that lost its data never shows a marker it showed before, so every
+//!   watch keyed by the marker restarts and every request that expected the old one is refused.
+//! - Architecture invariant: a copy reads a source only behind the incarnation its census found
+//!   (run_id, marker, last-repair nonce, in the same MULTI/EXEC as the read), and writes a target
+//!   only while the target carries the repairer's claim (checked in the same script call).
+//! - Architecture invariant: every key kind's restore rule is chosen in one exhaustive match
+//!   (`plan::rule`); no rule moves a value backwards on a node.
+//! - Architecture invariant: no client sets a cluster up implicitly: only
+//!   [`Client::init_cluster`] writes a marker on blank nodes, and every repair waits the longest
+//!   node timeout its sources record.
 //!
-//! Architecture invariant: a node votes only while its marker names its current run_id and the
-//! client's cluster, and the marker is written only after the node holds every value a
-//! majority accepted.
+//! # What it relies on outside this folder
+//! - `crate::cluster` (markers, descriptors, standing, where a change starts), `crate::lease`
+//!   (the claim's watch window), `crate::membership` (the view format a copy writes back).
+//! - Keys (`src/keys.rs`): `KeyKind::Marker`, `KeyKind::Cluster`, `KeyKind::RepairClaim`,
+//!   `KeyKind::Marked` (the node's own, never copied), and every state kind through `plan::rule`
+//!   (`KeyKind::of_key`), `all_floor_keys` (the floors read again after the scans) and
+//!   `BLOCKER_PREFIX`/`BLOCKER_HOLDER` (the blocker's value).
+//! - Scripts: `src/scripts/raise.lua`, `src/scripts/restore.lua`, `src/scripts/view_write.lua`
+//!   (in claim mode), `src/scripts/claim.lua`, `src/scripts/mark.lua`,
+//!   `src/scripts/cluster_init.lua`, `src/scripts/seal.lua`.
+//! - ACL (`src/acl.rs`): the base every client has (`SCAN`, `MULTI`, `EXEC`, the reads and the
+//!   scripts): every client repairs the nodes it meets.
+//! - Model: `model/src/ids.rs` (repair of the ID register: planted "no quarantine", "repair
+//!   without its wait"), `model/src/leases.rs` (lease copies restored, the blocker: "repair
+//!   without restore", "restore of the newest of disagreeing copies"), `model/src/copy.rs` (the
+//!   copy of a node-list change under FLUSHALL), checked in `model/tests/models.rs`,
+//!   `model/tests/leases.rs` and `model/tests/copy.rs`.
+//! - Tests: `tests/repair.rs` (at scale), `tests/flushall.rs` (FLUSHALL during copies, claims
+//!   and clock steps, with teeth), `tests/floor_repair.rs`, `tests/cluster_init.rs`,
+//!   `tests/interrupted_change.rs`, `tests/cluster.rs`, `tests/lease_safety.rs` (the blocker);
+//!   `benches/repair.rs`.
+//!
+//! # Files
+//! - `mod.rs`: quarantine, the repair itself (wait, census, copy, mark), [`Census`].
+//! - `decide.rs`: the pure decisions (whether a node needs a repair; after the census, copy from
+//!   which nodes or wait; `set_up`); table-tested.
+//! - `claim.rs`: the repair claim.
+//! - `copy.rs`: the paged copy shared by repair and by a change of the node list.
+//! - `page.rs`: one page on one node (a read behind the incarnation, the raise under the claim).
+//! - `plan.rs`: what a copy writes, decided purely: each key kind's restore rule and a page's
+//!   merge.
+//! - `init.rs`: `cluster init` ([`ClusterInit`]).
+//! - `change.rs`: a change of the node list ([`ClusterChange`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -78,12 +117,11 @@ mod claim;
 pub(crate) mod copy;
 mod decide;
 mod init;
+mod page;
 mod plan;
 pub(crate) use claim::RepairClaim;
-pub(crate) use plan::BLOCKER_PREFIX;
 
 pub use change::ClusterChange;
-pub(crate) use decide::INIT_HINT;
 pub use init::ClusterInit;
 
 /// Whether repair copies `key` as state (for unit tests elsewhere).
@@ -173,14 +211,45 @@ impl Client {
     }
 
     async fn try_repair(&self, i: usize) -> RepairOutcome {
+        let (adoption, run_id) = match self.quarantine_need(i).await {
+            Ok(need) => need,
+            Err(outcome) => return outcome,
+        };
+        if self.inner.config.implicit_set_up
+            && matches!(self.set_up().await, Ok(init) if init.created)
+        {
+            return RepairOutcome::NotNeeded;
+        }
+        let Adoption::Adopted(adopted) = &adoption else {
+            return RepairOutcome::Deferred(format!(
+                "no node reached holds a cluster descriptor: {}",
+                cluster::INIT_HINT
+            ));
+        };
+        let (census, plan) = self.settle_and_count(i, &adoption, adopted).await;
+        match plan {
+            decide::Plan::Copy { sources, cluster } => {
+                self.copy_from(i, &census, &sources, cluster, &run_id).await
+            }
+            decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
+        }
+    }
+
+    /// Whether node `i` needs a repair, from a fresh probe: the client's adoption and the
+    /// incarnation (run_id) to repair, or the outcome when there is nothing to repair now.
+    async fn quarantine_need(&self, i: usize) -> Result<(Adoption, String), RepairOutcome> {
         let inner = &self.inner;
         let node = &inner.nodes[i];
         let probe = match node.reprobe().await {
             Ok(p) => p,
-            Err(e) => return RepairOutcome::Deferred(format!("cannot probe the node: {e}")),
+            Err(e) => {
+                return Err(RepairOutcome::Deferred(format!(
+                    "cannot probe the node: {e}"
+                )))
+            }
         };
         if !inner.config.amnesia_protection {
-            return RepairOutcome::NotNeeded;
+            return Err(RepairOutcome::NotNeeded);
         }
         let adoption = self.verdicts().adoption.clone();
         let standing =
@@ -194,50 +263,49 @@ impl Client {
             &name,
             check_listing,
         ) {
-            decide::Need::Done(outcome) => return outcome,
+            decide::Need::Done(outcome) => return Err(outcome),
             decide::Need::Repair { reason, run_id } => (reason, run_id),
         };
         // A node without a marker is normal once, in a new cluster: say so quietly here; the
         // outcome (repaired, bootstrapped, deferred) is reported at warn/info by `repair`.
         tracing::info!(node = %node.id, url = %node.url, reason = %reason, "node quarantined");
+        Ok((adoption, run_id))
+    }
 
-        // Settle: a write that the node applied before it lost its data may still be on its
-        // way to the other nodes, and a client counts a reply only within its node timeout of
-        // sending. Reading the others after that long sees every write a client counted.
-        // The margin covers the clients' clock drift (2 % of the timeout, for rates within
-        // 0.5 % on both sides, see `lease::MAX_DRIFT_RATE`) and timer granularity. The node
-        // timeout is the cluster's (the longest its descriptors record, at least this
-        // client's): no client with a longer one is allowed (`Client::judge_node_timeout`).
-        let longest = |d: Option<&Descriptor>| {
-            cluster::longest_node_timeout(d)
-                .unwrap_or_default()
-                .max(inner.config.node_timeout)
-        };
-        if inner.config.implicit_set_up && matches!(self.set_up().await, Ok(init) if init.created) {
-            return RepairOutcome::NotNeeded;
-        }
-        let Adoption::Adopted(adopted) = &adoption else {
-            return RepairOutcome::Deferred(format!(
-                "no node reached holds a cluster descriptor: {}",
-                decide::INIT_HINT
-            ));
-        };
+    /// Settle, then take the census and plan the repair of node `i`.
+    ///
+    /// Settle: a write that the node applied before it lost its data may still be on its way
+    /// to the other nodes, and a client counts a reply only within its node timeout of
+    /// sending. Reading the others after that long sees every write a client counted. The
+    /// margin covers the clients' clock drift (2 % of the timeout, for rates within 0.5 % on
+    /// both sides, see `lease::MAX_DRIFT_RATE`) and timer granularity. The node timeout is the
+    /// cluster's (the longest its descriptors record, at least this client's): no client with
+    /// a longer one is allowed (`Client::judge_node_timeout`). A source recording a longer node
+    /// timeout (raised since this client adopted the cluster) makes it wait the difference,
+    /// then read again.
+    async fn settle_and_count(
+        &self,
+        i: usize,
+        adoption: &Adoption,
+        adopted: &Descriptor,
+    ) -> (Vec<Census>, decide::Plan) {
+        let inner = &self.inner;
         let mut waited = Duration::ZERO;
-        let mut settle = longest(Some(adopted));
-        let (census, plan) = loop {
+        let mut settle = cluster::longest_node_timeout(Some(adopted))
+            .unwrap_or_default()
+            .max(inner.config.node_timeout);
+        loop {
             let more = settle.saturating_sub(waited);
             tokio::time::sleep(more + more / 50 + Duration::from_millis(25)).await;
             waited = settle;
             let census = self.census().await;
             let plan = decide::after_census(
-                &adoption,
+                adoption,
                 &census,
                 i,
                 inner.majority.needed(),
                 inner.nodes.len(),
             );
-            // A source recording a longer node timeout (raised since this client adopted the
-            // cluster): wait the difference, then read again.
             let sources_say = match &plan {
                 decide::Plan::Copy { sources, .. } => {
                     let descriptors: Vec<Descriptor> = census
@@ -251,45 +319,50 @@ impl Client {
                 decide::Plan::Wait(_) => Duration::ZERO,
             };
             if sources_say <= waited {
-                break (census, plan);
+                return (census, plan);
             }
             settle = sources_say;
-        };
-        match plan {
-            decide::Plan::Copy { sources, cluster } => {
-                // The descriptor written records the longest node timeout the census read on
-                // the sources and the target (this client's cached one may be older): a repair
-                // never lowers the cluster's node timeout.
-                let recorded = census
-                    .iter()
-                    .filter(|c| c.node == i || sources.contains(&c.node))
-                    .filter_map(|c| Descriptor::decode(c.descriptor.as_deref()?).ok())
-                    .filter(|d| d.id == cluster.id)
-                    .filter_map(|d| d.node_timeout())
-                    .max();
-                let cluster = match recorded {
-                    Some(t) => cluster.with_node_timeout_at_least(t),
-                    None => cluster,
-                };
-                let sources = sources_of(&census, &sources, inner.majority.needed());
-                let Some(found) = census.iter().find(|c| c.node == i) else {
-                    return RepairOutcome::Deferred("the node did not answer the census".into());
-                };
-                let claim = RepairClaim::new(self.clone(), i, found.marker.as_deref());
-                self.write_repair(i, sources, &cluster, &run_id, claim)
-                    .await
-            }
-            decide::Plan::Wait(why) => RepairOutcome::Deferred(why),
         }
     }
 
-    /// Every node's marker and run_id, and whether it holds any state.
+    /// Repair node `i` (incarnation `run_id`) by a copy from the census's nodes `sources`, then
+    /// mark it for `cluster`. The descriptor written records the longest node timeout the
+    /// census read on the sources and the target (this client's cached one may be older): a
+    /// repair never lowers the cluster's node timeout.
+    async fn copy_from(
+        &self,
+        i: usize,
+        census: &[Census],
+        sources: &[usize],
+        cluster: Descriptor,
+        run_id: &str,
+    ) -> RepairOutcome {
+        let recorded = census
+            .iter()
+            .filter(|c| c.node == i || sources.contains(&c.node))
+            .filter_map(|c| Descriptor::decode(c.descriptor.as_deref()?).ok())
+            .filter(|d| d.id == cluster.id)
+            .filter_map(|d| d.node_timeout())
+            .max();
+        let cluster = match recorded {
+            Some(t) => cluster.with_node_timeout_at_least(t),
+            None => cluster,
+        };
+        let sources = sources_of(census, sources, self.inner.majority.needed());
+        let Some(found) = census.iter().find(|c| c.node == i) else {
+            return RepairOutcome::Deferred("the node did not answer the census".into());
+        };
+        let claim = RepairClaim::new(self.clone(), i, found.marker.as_deref());
+        self.write_repair(i, sources, &cluster, run_id, claim).await
+    }
+
     /// The marker epoch a repair under `claim` writes (none under the TEST-ONLY switch
     /// `with_repeatable_beats_for_tests`).
     pub(crate) fn epoch(&self, claim: &RepairClaim) -> Option<String> {
         self.inner.config.repair_epochs.then(|| claim.epoch())
     }
 
+    /// Every node's marker and run_id, and whether it holds any state.
     pub(crate) async fn census(&self) -> Vec<Census> {
         // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
         // because their marker is missing: a session, reporting the marker it read.

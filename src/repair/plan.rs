@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::keys::KeyKind;
+use crate::keys::{KeyKind, BLOCKER_HOLDER, BLOCKER_PREFIX};
 
 /// What kind of state a key holds, from its prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,8 +184,9 @@ pub(crate) fn plan(
     plan_with(sources, server_clock_leases, newest_lease_restore, true)
 }
 
-/// [`plan`], with `beats_by_max` false the TEST-ONLY rule before issue 27: a beat is restored
-/// only where the target lacks it, from the first source that holds it (it can go back).
+/// `plan` (test-only), with `beats_by_max` false the TEST-ONLY rule before issue 27: a beat is
+/// restored only where the target lacks it, from the first source that holds it (it can go
+/// back).
 pub(crate) fn plan_with(
     sources: &[&Holdings],
     server_clock_leases: bool,
@@ -195,7 +196,6 @@ pub(crate) fn plan_with(
     let mut registers: BTreeMap<String, u64> = BTreeMap::new();
     let mut all_views: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
     let mut all_leases: BTreeMap<String, Vec<LeaseCopy>> = BTreeMap::new();
-    let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
     for h in sources {
         for (k, v) in &h.registers {
             let e = registers.entry(k.clone()).or_insert(0);
@@ -214,29 +214,7 @@ pub(crate) fn plan_with(
             all_leases.entry(k.clone()).or_default().push(copy.clone());
         }
     }
-    for h in sources {
-        for (k, fields) in &h.hashes {
-            let Some(Kind::Hash(merge)) = classify(k) else {
-                continue;
-            };
-            if server_clock_leases && merge == HashMerge::Beat {
-                continue;
-            }
-            let merge = match merge {
-                HashMerge::Beat if !beats_by_max => HashMerge::IfAbsent,
-                other => other,
-            };
-            let entry = hashes
-                .entry(k.clone())
-                .or_insert_with(|| (merge, BTreeMap::new()));
-            for (f, v) in fields {
-                let take = entry.1.get(f).is_none_or(|old| merge.prefers(v, old));
-                if take {
-                    entry.1.insert(f.clone(), v.clone());
-                }
-            }
-        }
-    }
+    let hashes = merge_hashes(sources, server_clock_leases, beats_by_max);
     Plan {
         registers: registers.into_iter().collect(),
         ambiguous: all_views
@@ -264,13 +242,40 @@ pub(crate) fn plan_with(
     }
 }
 
-/// The first field of a repair's blocker value, `repair-blocker:<token>:<holder>` (also
-/// written by `restore.lua`, and recognised by `Lock::holder`).
-pub(crate) const BLOCKER_PREFIX: &str = "repair-blocker";
-
-/// The holder part of a repair's blocker (see [`restored_copy`]).
-pub(crate) const BLOCKER_HOLDER: &str =
-    "unknown: restored by a repair whose sources held different holders";
+/// Every hash key's fields merged by its kind's rule ([`HashMerge::prefers`]); beats are
+/// skipped under `server_clock_leases` and restored only where absent without `beats_by_max`
+/// (both TEST-ONLY).
+fn merge_hashes(
+    sources: &[&Holdings],
+    server_clock_leases: bool,
+    beats_by_max: bool,
+) -> BTreeMap<String, (HashMerge, BTreeMap<String, String>)> {
+    let mut hashes: BTreeMap<String, (HashMerge, BTreeMap<String, String>)> = BTreeMap::new();
+    for h in sources {
+        for (k, fields) in &h.hashes {
+            let Some(Kind::Hash(merge)) = classify(k) else {
+                continue;
+            };
+            if server_clock_leases && merge == HashMerge::Beat {
+                continue;
+            }
+            let merge = match merge {
+                HashMerge::Beat if !beats_by_max => HashMerge::IfAbsent,
+                other => other,
+            };
+            let entry = hashes
+                .entry(k.clone())
+                .or_insert_with(|| (merge, BTreeMap::new()));
+            for (f, v) in fields {
+                let take = entry.1.get(f).is_none_or(|old| merge.prefers(v, old));
+                if take {
+                    entry.1.insert(f.clone(), v.clone());
+                }
+            }
+        }
+    }
+    hashes
+}
 
 /// The lease copy a repair restores from the copies its sources hold of one lease key.
 ///

@@ -40,9 +40,11 @@
 
 pub mod checker;
 pub mod clock;
+mod container;
 mod local;
 mod node;
 pub mod portmap;
+mod ports;
 mod proxy;
 pub mod record;
 pub mod secure;
@@ -214,7 +216,7 @@ impl Cluster {
 
     /// One node per spec (node i gets `specs[i]`), started concurrently.
     pub async fn start_with(specs: Vec<NodeSpec>) -> Cluster {
-        node::ensure_image_exists().await;
+        container::ensure_image_exists().await;
         let nodes = futures::future::join_all(
             specs
                 .into_iter()

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::clock::ClockDir;
-use crate::node::pick_host_port;
+use crate::ports::pick_host_port;
 use crate::SAFE_ARGS;
 
 /// How long a process may take to answer PING after it was spawned.

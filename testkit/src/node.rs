@@ -1,26 +1,22 @@
 //! One Redis node: a container with a host data directory, a fixed host port and a
 //! fault proxy in front.
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo};
 use testcontainers::bollard::query_parameters::{InspectContainerOptions, KillContainerOptions};
 use testcontainers::bollard::Docker;
-use testcontainers::core::client::docker_client_instance;
-use testcontainers::core::{AccessMode, IntoContainerPort, Mount, WaitFor};
-use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, GenericImage};
 
 use crate::clock::ClockDir;
+use crate::container::{docker, start_container};
 use crate::proxy::{FaultMode, FaultProxy};
-use crate::{image_name, split_image_name, NodeSpec, CONTAINER_LABEL};
+use crate::NodeSpec;
 
 /// How long a node may take to answer PING after a (re)start.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,14 +24,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_POLL: Duration = Duration::from_millis(20);
 /// Timeouts of the connections `direct_connection` hands out.
 const DIRECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// First start: image start-up limit handed to testcontainers.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-/// Host ports are drawn from here: below Linux's ephemeral range (32768-60999), so a
-/// port freed by a killed node is not taken by some outgoing connection before the
-/// node restarts on it.
-const HOST_PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
-/// Attempts at starting a container when its host port turned out to be taken.
-const START_ATTEMPTS: usize = 5;
 
 /// One Redis node of a [`Cluster`](crate::Cluster): a container with its data directory on
 /// the host (bind-mounted at `/data`), published on a fixed 127.0.0.1 port, reached by
@@ -554,168 +542,4 @@ impl Drop for TestNode {
         // Then the fields drop: proxy (closing its connections), container (removed
         // by testcontainers), data directory.
     }
-}
-
-/// testcontainers' shared bollard client.
-async fn docker() -> Docker {
-    docker_client_instance()
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to the Docker daemon: {e}"))
-}
-
-/// Panics with instructions when the configured image is missing (no registry to pull from).
-pub(crate) async fn ensure_image_exists() {
-    let image = image_name();
-    let docker = docker().await;
-    if let Err(e) = docker.inspect_image(&image).await {
-        panic!(
-            "Redis image {image:?} is not available locally ({e}); build it with \
-             scripts/build-redis-image.sh (or set REDQUORUM_REDIS_IMAGE to an image you have)"
-        );
-    }
-}
-
-/// A port in [`HOST_PORT_RANGE`] that is free on 127.0.0.1 right now.
-pub(crate) fn pick_host_port() -> u16 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let span = u64::from(HOST_PORT_RANGE.end - HOST_PORT_RANGE.start);
-    for _ in 0..1000 {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        hasher.write_u32(std::process::id());
-        let offset = u16::try_from(hasher.finish() % span).unwrap_or(0);
-        let port = HOST_PORT_RANGE.start + offset;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free host port found in {HOST_PORT_RANGE:?} on 127.0.0.1 after 1000 tries");
-}
-
-fn is_port_conflict(message: &str) -> bool {
-    message.contains("already allocated") || message.contains("address already in use")
-}
-
-/// Removes containers of a failed start attempt that testcontainers left behind.
-async fn remove_leftovers(attempt_label: &str) {
-    use std::collections::HashMap;
-    use testcontainers::bollard::query_parameters::{
-        ListContainersOptions, RemoveContainerOptions,
-    };
-    let docker = docker().await;
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("org.redquorum.testkit.attempt={attempt_label}")],
-    )]);
-    let Ok(list) = docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-    else {
-        return;
-    };
-    for id in list.into_iter().filter_map(|c| c.id) {
-        let _ = docker
-            .remove_container(
-                &id,
-                Some(RemoveContainerOptions {
-                    force: true,
-                    v: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
-    }
-}
-
-async fn start_container(
-    index: usize,
-    spec: &NodeSpec,
-    data_dir: &Path,
-    clock_dir: &Path,
-) -> (ContainerAsync<GenericImage>, u16) {
-    static ATTEMPT: AtomicU64 = AtomicU64::new(0);
-    let image = image_name();
-    let (name, tag) = split_image_name(&image);
-    let host_path = data_dir
-        .to_str()
-        .unwrap_or_else(|| panic!("node {index}: data dir {data_dir:?} is not UTF-8"))
-        .to_string();
-    let clock_path = clock_dir
-        .to_str()
-        .unwrap_or_else(|| panic!("node {index}: clock dir {clock_dir:?} is not UTF-8"))
-        .to_string();
-    // Run redis-server as the owner of the data directory, so that everything it writes
-    // there can be deleted by this process (wipe, TempDir cleanup) also when not root. The
-    // clock directory has the same owner (this process made both), so it can read the shim.
-    let user = {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(data_dir)
-            .unwrap_or_else(|e| panic!("node {index}: cannot stat {data_dir:?}: {e}"));
-        format!("{}:{}", meta.uid(), meta.gid())
-    };
-    // Secure mode: TLS only, client certificates required, the PKI mounted at /tls. Without
-    // it the clock directory is mounted there too (nothing reads it).
-    let mut args = spec.args();
-    let pki_path = match crate::secure::secure() {
-        Some(s) => {
-            args.extend(s.pki.server_args("/tls", 6379, "yes"));
-            s.pki.dir().to_string_lossy().into_owned()
-        }
-        None => clock_path.clone(),
-    };
-    let mut last_error = String::new();
-    for _ in 0..START_ATTEMPTS {
-        let host_port = pick_host_port();
-        let attempt = format!(
-            "{}-{}",
-            std::process::id(),
-            ATTEMPT.fetch_add(1, Ordering::Relaxed)
-        );
-        let request = GenericImage::new(name.clone(), tag.clone())
-            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-            .with_cmd(args.clone())
-            .with_mapped_port(host_port, 6379.tcp())
-            .with_mount(Mount::bind_mount(host_path.clone(), "/data"))
-            .with_mount(
-                Mount::bind_mount(pki_path.clone(), "/tls").with_access_mode(AccessMode::ReadOnly),
-            )
-            // The wall-clock shim and the node's offset file; the node only reads them.
-            .with_mount(
-                Mount::bind_mount(clock_path.clone(), "/clock")
-                    .with_access_mode(AccessMode::ReadOnly),
-            )
-            .with_env_var("LD_PRELOAD", "/clock/clockstep.so")
-            .with_env_var(crate::clock::OFFSET_FILE_ENV, "/clock/offset")
-            .with_user(user.clone())
-            .with_label(CONTAINER_LABEL, index.to_string())
-            .with_label("org.redquorum.testkit.attempt", attempt.clone())
-            .with_startup_timeout(STARTUP_TIMEOUT)
-            .with_host_config_modifier(|host_config| {
-                // Publish on loopback only.
-                if let Some(bindings) = host_config.port_bindings.as_mut() {
-                    for binding in bindings.values_mut().flatten().flatten() {
-                        binding.host_ip = Some("127.0.0.1".to_string());
-                    }
-                }
-            });
-        match request.start().await {
-            Ok(container) => return (container, host_port),
-            Err(e) => {
-                last_error = e.to_string();
-                remove_leftovers(&attempt).await;
-                if !is_port_conflict(&last_error) {
-                    break;
-                }
-                tracing::debug!(node = index, host_port, "host port taken, retrying");
-            }
-        }
-    }
-    panic!(
-        "node {index}: could not start a container from image {image:?}: {last_error} \
-         (is the image built? scripts/build-redis-image.sh)"
-    );
 }

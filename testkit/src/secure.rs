@@ -240,7 +240,7 @@ impl TlsNode {
             .prefix("redquorum-tls-node-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a node directory: {e}"));
-        let port = crate::node::pick_host_port();
+        let port = crate::ports::pick_host_port();
         let pki_dir = pki.dir().to_string_lossy().into_owned();
         let program = crate::server_program();
         let mut command = std::process::Command::new(&program);

@@ -1,13 +1,14 @@
 //! The API's edges: errors as JSON with the field they concern, query parameters checked as
 //! the library checks them (before anything is sent to a node), responses.
+//!
+//! It depends on no other module of `serve`: sessions (`session.rs`) build on it, not the
+//! reverse (a session's NDJSON stream answer and its liveness parameters are `session.rs`'s).
 
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-
-use super::session::{EventStream, Liveness};
 
 /// An error answer: `{"error": {"code", "message", "field"?}}` with its HTTP status.
 #[derive(Debug)]
@@ -138,20 +139,6 @@ pub(crate) fn ok(value: Value) -> Response {
     axum::Json(value).into_response()
 }
 
-/// An NDJSON stream answer (200).
-pub(crate) fn stream(events: EventStream) -> Response {
-    let mut response = events.into_body().into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    // Proxies (nginx) must not buffer the events.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
-}
-
 /// The raw query parameters, checked by the accessors below. Unknown parameters are refused,
 /// so a misspelt one is not silently ignored.
 #[derive(Debug)]
@@ -249,30 +236,6 @@ impl Query {
     /// A name checked as the library checks it (1 to 512 bytes, no control characters).
     pub(crate) fn name(&self, name: &'static str) -> Result<Option<String>, ApiError> {
         self.get(name).map(|v| checked_name(name, v)).transpose()
-    }
-
-    /// `session=stream` (the default; with `keepalive=DURATION` the session also ends when
-    /// keep-alives stop) or `session=keepalive` (`keepalive` default 10 s).
-    pub(crate) fn liveness(&self) -> Result<Liveness, ApiError> {
-        let range = Duration::from_millis(100)..=Duration::from_secs(3600);
-        let given = match self.get("keepalive") {
-            Some(_) => Some(self.duration("keepalive", Duration::ZERO, range)?),
-            None => None,
-        };
-        match self.get("session") {
-            None | Some("stream") => Ok(Liveness {
-                stream: true,
-                keepalive: given,
-            }),
-            Some("keepalive") => Ok(Liveness {
-                stream: false,
-                keepalive: Some(given.unwrap_or(Duration::from_secs(10))),
-            }),
-            Some(other) => Err(ApiError::invalid(
-                "session",
-                format!("session={other:?}: use stream (the default) or keepalive"),
-            )),
-        }
     }
 }
 

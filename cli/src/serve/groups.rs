@@ -26,7 +26,7 @@ use redquorum::{Assignment, Drain, DrainHook, GroupOptions, Member, PoolMember, 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::api::{checked_name, ms, ok, stream, ApiError, Query};
+use super::api::{checked_name, ms, ok, ApiError, Query};
 use super::session::{ms_left, Control, Liveness, Opened};
 use super::Shared;
 
@@ -99,6 +99,56 @@ impl Joined {
     }
 }
 
+/// The drains asked of the caller and not acknowledged yet, by number (from 1).
+#[derive(Default)]
+struct Drains {
+    waiting: HashMap<u64, oneshot::Sender<()>>,
+    last: u64,
+}
+
+impl Drains {
+    /// A new drain's number; `done` is told when the caller acknowledges it.
+    fn ask(&mut self, done: oneshot::Sender<()>) -> u64 {
+        self.last += 1;
+        self.waiting.retain(|_, done| !done.is_closed());
+        self.waiting.insert(self.last, done);
+        self.last
+    }
+
+    /// The caller's acknowledgement of drain `n`: the answer to `drained`.
+    fn acknowledge(&mut self, n: u64) -> Result<Value, ApiError> {
+        match self.waiting.remove(&n) {
+            Some(done) => match done.send(()) {
+                Ok(()) => Ok(json!({"drain": n, "acknowledged": true})),
+                Err(()) => Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "timeout",
+                    format!("drain {n} timed out before this acknowledgement: the hand-over went ahead without it"),
+                )),
+            },
+            None => Err(ApiError::invalid(
+                "drain",
+                format!("no drain {n} is waiting (acknowledged already, or never asked)"),
+            )),
+        }
+    }
+}
+
+/// An assignment event when what `current` gives changed since `last` (not its validity
+/// alone); `last` becomes what it gives.
+fn assignment_event(current: Option<&Assignment>, last: &mut Option<Value>) -> Option<Value> {
+    let now = assignment_json(current);
+    let mut key = now.clone();
+    if let Some(o) = key.as_object_mut() {
+        o.remove("valid_for_ms");
+    }
+    if last.as_ref() == Some(&key) {
+        return None;
+    }
+    *last = Some(key);
+    Some(json!({"event": "assignment", "assignment": now}))
+}
+
 /// Serve one member session until it ends (the member then leaves).
 async fn drive(
     shared: Arc<Shared>,
@@ -117,22 +167,13 @@ async fn drive(
     events.send(&session, first).await;
     let mut changes = joined.changes();
     let mut last: Option<Value> = None;
-    let mut drains: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
-    let mut next_drain = 1u64;
+    let mut drains = Drains::default();
     let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let last_event = loop {
-        // An assignment event when what it gives changed (not its validity alone).
-        let now = assignment_json(changes.borrow_and_update().as_ref());
-        let mut key = now.clone();
-        if let Some(o) = key.as_object_mut() {
-            o.remove("valid_for_ms");
-        }
-        if last.as_ref() != Some(&key) {
-            events
-                .send(&session, json!({"event": "assignment", "assignment": now}))
-                .await;
-            last = Some(key);
+        let event = assignment_event(changes.borrow_and_update().as_ref(), &mut last);
+        if let Some(event) = event {
+            events.send(&session, event).await;
         }
         tokio::select! {
             biased;
@@ -144,10 +185,7 @@ async fn drive(
                 }
             }
             Some(ask) = asks.recv() => {
-                let n = next_drain;
-                next_drain += 1;
-                drains.retain(|_, done| !done.is_closed());
-                drains.insert(n, ask.done);
+                let n = drains.ask(ask.done);
                 events.send(&session, json!({"event": "drain", "drain": n, "gives_up": ask.gives_up})).await;
             }
             Some(c) = control.recv() => match c {
@@ -160,20 +198,7 @@ async fn drive(
                     return;
                 }
                 Control::Drained(n, reply) => {
-                    let answer = match drains.remove(&n) {
-                        Some(done) => match done.send(()) {
-                            Ok(()) => Ok(json!({"drain": n, "acknowledged": true})),
-                            Err(()) => Err(ApiError::new(
-                                axum::http::StatusCode::CONFLICT,
-                                "timeout",
-                                format!("drain {n} timed out before this acknowledgement: the hand-over went ahead without it"),
-                            )),
-                        },
-                        None => Err(ApiError::invalid("drain", format!(
-                            "no drain {n} is waiting (acknowledged already, or never asked)"
-                        ))),
-                    };
-                    let _ = reply.send(answer);
+                    let _ = reply.send(drains.acknowledge(n));
                 }
                 Control::Complete(reply) => {
                     let _ = reply.send(Err(session.cannot_complete()));
@@ -205,7 +230,7 @@ fn start(
         first.clone(),
     ));
     match body {
-        Some(s) => stream(s),
+        Some(s) => s.response(),
         None => ok(first),
     }
 }
@@ -241,7 +266,7 @@ pub(crate) async fn join_group(
         .name("id")?
         .ok_or_else(|| ApiError::invalid("id", "id is required (this member's ID in the group)"))?;
     let (interval, drain_timeout) = interval(&q)?;
-    let liveness = q.liveness()?;
+    let liveness = Liveness::from_query(&q)?;
     let admission = shared.sessions.admit(liveness)?;
     let (tx, asks) = mpsc::channel(4);
     let opts = GroupOptions::default()
@@ -293,7 +318,7 @@ pub(crate) async fn join_pool(
         Duration::ZERO,
         Duration::ZERO..=Duration::from_secs(3600),
     )?;
-    let liveness: Liveness = q.liveness()?;
+    let liveness = Liveness::from_query(&q)?;
     let admission = shared.sessions.admit(liveness)?;
     let (tx, asks) = mpsc::channel(4);
     let opts = PoolOptions::default()

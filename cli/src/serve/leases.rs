@@ -26,9 +26,10 @@ use redquorum::{
     PeriodicJob, MAX_TTL, MIN_TTL,
 };
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
-use super::api::{checked_name, ms, ok, stream, ApiError, Query};
-use super::session::{ms_left, Control, Opened};
+use super::api::{checked_name, ms, ok, ApiError, Query};
+use super::session::{ms_left, Control, Events, Liveness, Opened, Session};
 use super::Shared;
 
 /// The longest `wait` a request may ask for.
@@ -123,42 +124,12 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
                 let _ = reply.send(Ok(event));
                 break;
             }
-            Next::Control(Control::Complete(reply)) => match held {
-                // A lease lost (or run out on this server's clock) records nothing: another
-                // caller may be running the period with a newer token.
-                Held::Period(run) if !run.guard().is_held() => {
-                    run.abandon().await;
-                    let event = json!({"event": "lost", "reason": "the lease ran out before complete: nothing recorded"});
-                    events.send(&session, event).await;
-                    let _ = reply.send(Err(ApiError::new(
-                        axum::http::StatusCode::CONFLICT,
-                        "lease_lost",
-                        "the job's lease was lost before complete: the period is not recorded (another caller may run it)",
-                    )));
-                    break;
+            Next::Control(Control::Complete(reply)) => {
+                match complete(held, &session, &events, reply).await {
+                    Some(not_a_period) => held = not_a_period,
+                    None => break,
                 }
-                Held::Period(run) => {
-                    let event = match run.complete().await {
-                        Ok(token) => Ok(
-                            json!({"event": "completed", "recorded": true, "token": token.get()}),
-                        ),
-                        Err(e) => Err(ApiError::from_lib(e, None)),
-                    };
-                    let shown = match &event {
-                        Ok(v) => v.clone(),
-                        Err(e) => {
-                            json!({"event": "completed", "recorded": false, "error": e.message})
-                        }
-                    };
-                    events.send(&session, shown).await;
-                    let _ = reply.send(event);
-                    break;
-                }
-                other => {
-                    held = other;
-                    let _ = reply.send(Err(session.cannot_complete()));
-                }
-            },
+            }
             Next::Control(Control::Drained(_, reply)) => {
                 let _ = reply.send(Err(session.has_no_drains()));
             }
@@ -169,6 +140,51 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
         }
     }
     shared.sessions.remove(&session.id, session.last_state());
+}
+
+/// A `complete` request to a lease session: record the period as done (the session then
+/// ends: `None`), or refuse when the session holds no period (it goes on with `held`, given
+/// back).
+async fn complete(
+    held: Held,
+    session: &Session,
+    events: &Events,
+    reply: oneshot::Sender<Result<Value, ApiError>>,
+) -> Option<Held> {
+    match held {
+        // A lease lost (or run out on this server's clock) records nothing: another
+        // caller may be running the period with a newer token.
+        Held::Period(run) if !run.guard().is_held() => {
+            run.abandon().await;
+            let event = json!({"event": "lost", "reason": "the lease ran out before complete: nothing recorded"});
+            events.send(session, event).await;
+            let _ = reply.send(Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "lease_lost",
+                "the job's lease was lost before complete: the period is not recorded (another caller may run it)",
+            )));
+            None
+        }
+        Held::Period(run) => {
+            let event = match run.complete().await {
+                Ok(token) => {
+                    Ok(json!({"event": "completed", "recorded": true, "token": token.get()}))
+                }
+                Err(e) => Err(ApiError::from_lib(e, None)),
+            };
+            let shown = match &event {
+                Ok(v) => v.clone(),
+                Err(e) => json!({"event": "completed", "recorded": false, "error": e.message}),
+            };
+            events.send(session, shown).await;
+            let _ = reply.send(event);
+            None
+        }
+        other => {
+            let _ = reply.send(Err(session.cannot_complete()));
+            Some(other)
+        }
+    }
 }
 
 /// Start the session's task and answer: the stream, or (keepalive) the first event.
@@ -183,7 +199,7 @@ fn start(
     let task = drive(shared.clone(), opened, held, ttl, first.clone());
     tokio::spawn(task);
     match stream_body {
-        Some(s) => stream(s),
+        Some(s) => s.response(),
         None => ok(first),
     }
 }
@@ -220,7 +236,7 @@ pub(crate) async fn acquire(
     let name = checked_name("lock", &name)?;
     let (ttl, wait) = ttl_and_wait(&q)?;
     let holder = q.name("holder")?.unwrap_or_else(|| shared.label.clone());
-    let liveness = q.liveness()?;
+    let liveness = Liveness::from_query(&q)?;
     let admission = shared.sessions.admit(liveness)?;
     let options = LockOptions::default().with_holder(&holder);
     let lock = Lock::with_options(&shared.client, &name, ttl, options)
@@ -288,7 +304,7 @@ pub(crate) async fn campaign(
             "candidate is required (the ID others see as the leader)",
         )
     })?;
-    let liveness = q.liveness()?;
+    let liveness = Liveness::from_query(&q)?;
     let admission = shared.sessions.admit(liveness)?;
     let election = Election::new(&shared.client, &name, ttl, &candidate)
         .map_err(|e| ApiError::from_lib(e, Some("candidate")))?;
@@ -394,7 +410,7 @@ pub(crate) async fn observe(
             }
         }
     });
-    Ok(stream(shared.sessions.stream(rx, None)))
+    Ok(shared.sessions.stream(rx, None).response())
 }
 
 /// `POST /v1/jobs/{name}/periods/{period}/begin`.
@@ -407,7 +423,7 @@ pub(crate) async fn begin_period(
     let name = checked_name("job", &name)?;
     let period = checked_name("period", &period)?;
     let (ttl, wait) = ttl_and_wait(&q)?;
-    let liveness = q.liveness()?;
+    let liveness = Liveness::from_query(&q)?;
     let admission = shared.sessions.admit(liveness)?;
     let options =
         JobOptions::default().with_lock(LockOptions::default().with_holder(&shared.label));
@@ -422,7 +438,7 @@ pub(crate) async fn begin_period(
                 shared.sessions.admit_stream()?;
                 let (tx, rx) = tokio::sync::mpsc::channel(1);
                 let _ = tx.try_send(done);
-                return Ok(stream(shared.sessions.stream(rx, None)));
+                return Ok(shared.sessions.stream(rx, None).response());
             }
             return Ok(ok(done));
         }

@@ -18,8 +18,9 @@
 //! takeover after the TTL (plus drift); a caller whose connection drops ends its session, and
 //! the lease is released at once.
 //!
-//! - `api.rs`: errors, query parameters, responses.
-//! - `session.rs`: sessions (stream or keep-alive), their registry and limits.
+//! - `api.rs`: errors, query parameters, responses (it uses no other module here).
+//! - `session.rs`: sessions (stream or keep-alive), their registry and limits, their NDJSON
+//!   streams (it uses `api.rs`, never the reverse).
 //! - `ids.rs`, `leases.rs` (locks, elections, periodic jobs), `groups.rs` (peer indexing,
 //!   pools): the routes.
 //! - `listen.rs`: TCP, Unix socket, TLS, the bearer token.
@@ -214,11 +215,6 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
     response
 }
 
-/// Publish the count of open sessions.
-pub(crate) fn metrics_sessions(open: usize) {
-    metrics::gauge!("redquorum_serve_sessions").set(open as f64);
-}
-
 /// `GET /v1/health`: 200 when a majority of the nodes is reachable and votes (safe), else
 /// 503; each node's findings either way.
 async fn health(
@@ -408,6 +404,25 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
         .as_deref()
         .map(listen::read_token)
         .transpose()?;
+    let metrics = install_metrics()?;
+    let shared = Arc::new(Shared {
+        client,
+        sessions: Sessions::new(args.max_sessions as usize, args.max_streams as usize),
+        ids: ids::Generators::default(),
+        label: format!("redquorum serve {}", crate::checks::default_id()),
+        metrics,
+        token,
+        max_body: u64::from(args.max_body_bytes),
+    });
+    let app = router(shared.clone(), args.max_body_bytes as usize);
+    let served = serve_on(&args, app, shutdown(shared.clone())).await?;
+    served.map_err(|e| format!("serve: {e}"))?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The process's metrics recorder (rendered by `GET /metrics`), with the server's metrics
+/// described.
+fn install_metrics() -> Result<metrics_exporter_prometheus::PrometheusHandle, String> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
@@ -417,36 +432,39 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
         "HTTP requests served, by route and status."
     );
     metrics::describe_gauge!("redquorum_serve_sessions", "Sessions open now.");
-    let shared = Arc::new(Shared {
-        client,
-        sessions: Sessions::new(args.max_sessions as usize, args.max_streams as usize),
-        ids: ids::Generators::default(),
-        label: format!("redquorum serve {}", crate::default_id()),
-        metrics,
-        token,
-        max_body: u64::from(args.max_body_bytes),
-    });
-    let app = router(shared.clone(), args.max_body_bytes as usize);
-    let stopping = shared.clone();
-    let shutdown = async move {
-        crate::child::stop_signal().await;
-        tracing::info!("serve: stopping: ending every session");
-        stopping.sessions.shutdown.cancel();
-        let drained = async {
-            while stopping.sessions.len() > 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(10), drained).await;
-        // Streams close as their sessions end; a caller that stopped reading cannot hold the
-        // process: it exits 5 s later whatever is still open.
-        tokio::spawn(async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            tracing::warn!("serve: connections still open 5 s after every session ended: exiting");
-            std::process::exit(0);
-        });
+    Ok(metrics)
+}
+
+/// Until SIGINT/SIGTERM; then end every session of `stopping` and wait (up to 10 s) for them
+/// to end: the graceful shutdown of the server.
+async fn shutdown(stopping: Arc<Shared>) {
+    crate::child::stop_signal().await;
+    tracing::info!("serve: stopping: ending every session");
+    stopping.sessions.shutdown.cancel();
+    let drained = async {
+        while stopping.sessions.len() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     };
-    let served = match &args.listen {
+    let _ = tokio::time::timeout(Duration::from_secs(10), drained).await;
+    // Streams close as their sessions end; a caller that stopped reading cannot hold the
+    // process: it exits 5 s later whatever is still open.
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tracing::warn!("serve: connections still open 5 s after every session ended: exiting");
+        std::process::exit(0);
+    });
+}
+
+/// Listen where `--listen` says (TLS with `--tls-cert`), print the URL, serve `app` until
+/// `shutdown` completes. Errors: cannot listen (the outer result), or serving failed (the
+/// inner one).
+async fn serve_on(
+    args: &ServeArgs,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<std::io::Result<()>, String> {
+    Ok(match &args.listen {
         listen::Bind::Tcp(addr) => {
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
@@ -476,9 +494,7 @@ pub(crate) async fn run(client: Client, args: ServeArgs) -> Result<std::process:
             }
             served
         }
-    };
-    served.map_err(|e| format!("serve: {e}"))?;
-    Ok(std::process::ExitCode::SUCCESS)
+    })
 }
 
 /// The one line `serve` prints on stdout once it listens (scripts wait for it).

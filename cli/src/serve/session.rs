@@ -34,12 +34,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::api::ApiError;
+use super::api::{ms, ApiError, Query};
 
 /// How the caller keeps its session alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +50,32 @@ pub(crate) struct Liveness {
     pub(crate) stream: bool,
     /// While keep-alives arrive within this long of each other (required without a stream).
     pub(crate) keepalive: Option<Duration>,
+}
+
+impl Liveness {
+    /// The query's `session=stream` (the default; with `keepalive=DURATION` the session also
+    /// ends when keep-alives stop) or `session=keepalive` (`keepalive` default 10 s).
+    pub(crate) fn from_query(q: &Query) -> Result<Liveness, ApiError> {
+        let range = Duration::from_millis(100)..=Duration::from_secs(3600);
+        let given = match q.get("keepalive") {
+            Some(_) => Some(q.duration("keepalive", Duration::ZERO, range)?),
+            None => None,
+        };
+        match q.get("session") {
+            None | Some("stream") => Ok(Liveness {
+                stream: true,
+                keepalive: given,
+            }),
+            Some("keepalive") => Ok(Liveness {
+                stream: false,
+                keepalive: Some(given.unwrap_or(Duration::from_secs(10))),
+            }),
+            Some(other) => Err(ApiError::invalid(
+                "session",
+                format!("session={other:?}: use stream (the default) or keepalive"),
+            )),
+        }
+    }
 }
 
 /// How long an ended session's final event is kept for callers that retry.
@@ -139,7 +167,7 @@ impl Session {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let liveness = json!({
             "mode": if self.liveness.stream { "stream" } else { "keepalive" },
-            "keepalive_ms": self.liveness.keepalive.map(super::api::ms),
+            "keepalive_ms": self.liveness.keepalive.map(ms),
         });
         json!({"session": self.id, "kind": self.kind, "name": self.name, "liveness": liveness, "state": state})
     }
@@ -277,7 +305,7 @@ impl Sessions {
             map.len()
         };
         drop(admission);
-        crate::serve::metrics_sessions(open);
+        metrics_sessions(open);
         Ok(Opened {
             session,
             control,
@@ -325,7 +353,7 @@ impl Sessions {
             map.remove(id);
             map.len()
         };
-        crate::serve::metrics_sessions(left);
+        metrics_sessions(left);
         let mut tombs = self.tombstones.lock().unwrap_or_else(|p| p.into_inner());
         tombs.retain(|_, (at, _)| at.elapsed() < TOMBSTONE_TTL);
         if tombs.len() >= MAX_TOMBSTONES {
@@ -428,6 +456,20 @@ impl EventStream {
         });
         Body::from_stream(stream)
     }
+
+    /// The NDJSON stream answer (200).
+    pub(crate) fn response(self) -> Response {
+        let mut response = self.into_body().into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        // Proxies (nginx) must not buffer the events.
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        response
+    }
 }
 
 /// Ends a session when its stream is dropped (the caller's connection closed, or the stream
@@ -455,4 +497,9 @@ pub(crate) fn ms_left(until: Instant) -> u64 {
         .as_millis()
         .try_into()
         .unwrap_or(u64::MAX)
+}
+
+/// Publish the count of open sessions.
+fn metrics_sessions(open: usize) {
+    metrics::gauge!("redquorum_serve_sessions").set(open as f64);
 }

@@ -82,21 +82,6 @@ pub(super) async fn collect_garbage(client: Client, key: Arc<str>, garbage: Beat
     futures::future::join_all(sends).await;
 }
 
-/// One node's beats as read on the node `ctx` names (its index and incarnation with them).
-pub(crate) fn beat_reading(
-    ctx: &NodeCtx,
-    beats: std::collections::BTreeMap<String, String>,
-) -> BeatReading {
-    (
-        ctx.node,
-        ctx.marker.clone(),
-        beats
-            .into_iter()
-            .map(|(k, v)| (k, Arc::<str>::from(v)))
-            .collect(),
-    )
-}
-
 pub(super) fn hgetall(key: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("HGETALL");
     cmd.arg(key);

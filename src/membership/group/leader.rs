@@ -79,65 +79,90 @@ pub(super) fn judge_members(
     readings: &[BeatReading],
     lease: Duration,
 ) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut in_view: BTreeSet<String> = view.members.keys().cloned().collect();
+    in_view.extend(view.draining.iter().cloned());
+    let (live, gone) = if shared.client.config().server_clock_leases {
+        judge_by_presence(readings, &in_view)
+    } else {
+        judge_by_watch(shared, readings, &in_view, lease)
+    };
+    report_duplicates(shared, &live);
+    (live, gone)
+}
+
+/// TEST ONLY: the old unsafe rule, "gone when absent on a majority of the answers".
+fn judge_by_presence(
+    readings: &[BeatReading],
+    in_view: &BTreeSet<String>,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let present: BTreeSet<String> = readings
+        .iter()
+        .flat_map(|(_, _, b)| {
+            b.iter()
+                .filter(|(_, v)| &***v != LEFT)
+                .map(|(k, _)| k.clone())
+        })
+        .collect();
+    let gone = in_view.difference(&present).cloned().collect();
+    (present, gone)
+}
+
+/// The rule: a member is gone when it left (wrote "left" itself, after it stopped owning), or
+/// its beat stayed unchanged on a majority, on one node incarnation, for the lease time +
+/// drift on this leader's clock (`lease::Beats`). The entries of gone members that no view
+/// names any more are collected in the background (guarded: an entry that changed since,
+/// because the member beat again, is kept).
+fn judge_by_watch(
+    shared: &Shared,
+    readings: &[BeatReading],
+    in_view: &BTreeSet<String>,
+    lease: Duration,
+) -> (BTreeSet<String>, BTreeSet<String>) {
     let needed = shared.client.majority().needed();
     let nodes = shared.client.node_urls().len();
     let answered: Vec<usize> = readings.iter().map(|(n, _, _)| *n).collect();
-    let mut in_view: BTreeSet<String> = view.members.keys().cloned().collect();
-    in_view.extend(view.draining.iter().cloned());
     let window = lease::watch_window(lease);
-    let (live, gone) = if shared.client.config().server_clock_leases {
-        // TEST ONLY: the old unsafe rule, "gone when absent on a majority of the answers".
-        let present: BTreeSet<String> = readings
-            .iter()
-            .flat_map(|(_, _, b)| {
-                b.iter()
-                    .filter(|(_, v)| &***v != LEFT)
-                    .map(|(k, _)| k.clone())
-            })
-            .collect();
-        let gone = in_view.difference(&present).cloned().collect();
-        (present, gone)
-    } else {
-        let mut beats = shared.beats.lock().unwrap_or_else(|p| p.into_inner());
-        beats.observe(nodes, readings, &in_view, Instant::now());
-        let mut candidates = beats.present(&answered);
-        candidates.extend(in_view.iter().cloned());
-        // A member that left wrote "left" itself, after it stopped owning: gone at once.
-        let left: BTreeSet<&String> = readings
-            .iter()
-            .flat_map(|(_, _, b)| b.iter().filter(|(_, v)| &***v == LEFT).map(|(k, _)| k))
-            .collect();
-        // A buried member stays gone only while no view names it (see `Beats::is_buried`).
-        let gone: BTreeSet<String> = candidates
-            .iter()
-            .filter(|m| {
-                left.contains(m)
-                    || beats.gone(m, &answered, needed, window)
-                    || (!in_view.contains(*m) && beats.is_buried(m))
-            })
-            .cloned()
-            .collect();
-        for m in gone.iter().filter(|m| !in_view.contains(*m)) {
-            beats.bury(m);
-        }
-        beats.prune(&answered, needed, window, &in_view);
-        // Clean up the entries of gone members that no view names any more (guarded: an
-        // entry that changed since, because the member beat again, is kept).
-        let garbage: BeatGarbage = gone
-            .iter()
-            .filter(|m| !in_view.contains(*m))
-            .map(|m| (m.clone(), beats.last_values(m, &answered)))
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
-        drop(beats);
-        if !garbage.is_empty() {
-            let client = shared.client.clone();
-            let key = shared.members_key.clone();
-            tokio::spawn(collect_garbage(client, key, garbage));
-        }
-        (candidates.difference(&gone).cloned().collect(), gone)
-    };
-    let dups = decide::duplicate_keys(&live);
+    let mut beats = shared.beats.lock().unwrap_or_else(|p| p.into_inner());
+    beats.observe(nodes, readings, in_view, Instant::now());
+    let mut candidates = beats.present(&answered);
+    candidates.extend(in_view.iter().cloned());
+    // A member that left wrote "left" itself, after it stopped owning: gone at once.
+    let left: BTreeSet<&String> = readings
+        .iter()
+        .flat_map(|(_, _, b)| b.iter().filter(|(_, v)| &***v == LEFT).map(|(k, _)| k))
+        .collect();
+    // A buried member stays gone only while no view names it (see `Beats::is_buried`).
+    let gone: BTreeSet<String> = candidates
+        .iter()
+        .filter(|m| {
+            left.contains(m)
+                || beats.gone(m, &answered, needed, window)
+                || (!in_view.contains(*m) && beats.is_buried(m))
+        })
+        .cloned()
+        .collect();
+    for m in gone.iter().filter(|m| !in_view.contains(*m)) {
+        beats.bury(m);
+    }
+    beats.prune(&answered, needed, window, in_view);
+    let garbage: BeatGarbage = gone
+        .iter()
+        .filter(|m| !in_view.contains(*m))
+        .map(|m| (m.clone(), beats.last_values(m, &answered)))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    drop(beats);
+    if !garbage.is_empty() {
+        let client = shared.client.clone();
+        let key = shared.members_key.clone();
+        tokio::spawn(collect_garbage(client, key, garbage));
+    }
+    (candidates.difference(&gone).cloned().collect(), gone)
+}
+
+/// Warn (and count) when two live processes use one member ID, once per change of the set.
+fn report_duplicates(shared: &Shared, live: &BTreeSet<String>) {
+    let dups = decide::duplicate_keys(live);
     let mut reported = shared
         .duplicates_reported
         .lock()
@@ -149,8 +174,14 @@ pub(super) fn judge_members(
         tracing::warn!(group = %shared.group, processes = ?dups, "two live processes use one member ID: each is a separate member");
     }
     *reported = dups;
-    drop(reported);
-    (live, gone)
+}
+
+/// What the leader knows of the group in one step, read after the view it judges.
+struct Judged {
+    live: BTreeSet<String>,
+    gone: BTreeSet<String>,
+    /// Acknowledgements of a prepared view (empty for an active one).
+    acks: BTreeSet<String>,
 }
 
 /// The leader's step: seal a new view when membership changed; activate a prepared view once
@@ -164,27 +195,8 @@ pub(super) async fn leader_step(
     if term < view.version.term {
         return Err(view); // a newer leader sealed this view: we are deposed
     }
-    // Read AFTER the view: when a prepared view is judged below, every reading is later than
-    // its seal (the barrier's argument needs it).
-    let readings = match read_beats(shared).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
-            return Err(view);
-        }
-    };
-    let (live, gone) = judge_members(shared, &view, &readings, lease);
-    tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
-    // Acknowledgements matter only for a prepared view.
-    let acks = match view.state {
-        ViewState::Prepare => match acknowledged(shared, &view).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::debug!(group = %shared.group, error = %e, "leader: cannot read acknowledgements");
-                return Err(view);
-            }
-        },
-        ViewState::Active => BTreeSet::new(),
+    let Some(Judged { live, gone, acks }) = judge(shared, &view, lease).await else {
+        return Err(view);
     };
     // A pool's planner proposes the unit lists for the live members.
     let planned = match &shared.tables {
@@ -224,31 +236,64 @@ pub(super) async fn leader_step(
     if !still_leading(shared, term) {
         return Err(view);
     }
-    match shared.register.seal(next).await {
+    seal(shared, next).await.ok_or(view)
+}
+
+/// The members judged from beats read AFTER `view` (when a prepared view is judged, every
+/// reading is later than its seal: the barrier's argument needs it), and, for a prepared view,
+/// its acknowledgements. None when either read fails.
+async fn judge(shared: &Shared, view: &View, lease: Duration) -> Option<Judged> {
+    let readings = match read_beats(shared).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
+            return None;
+        }
+    };
+    let (live, gone) = judge_members(shared, view, &readings, lease);
+    tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
+    // Acknowledgements matter only for a prepared view.
+    let acks = match view.state {
+        ViewState::Prepare => match acknowledged(shared, view).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(group = %shared.group, error = %e, "leader: cannot read acknowledgements");
+                return None;
+            }
+        },
+        ViewState::Active => BTreeSet::new(),
+    };
+    Some(Judged { live, gone, acks })
+}
+
+/// Seal `next` (the register's compare-and-set on its base), tell the members, and after an
+/// activation drop the acknowledgements below it and let the pool collect. None when the seal
+/// failed.
+async fn seal(shared: &Shared, next: View) -> Option<View> {
+    let next = match shared.register.seal(next).await {
         Err(e) => {
             tracing::debug!(group = %shared.group, error = %e, "leader: cannot write the view");
-            Err(view)
+            return None;
         }
-        Ok(next) => {
-            tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
-            crate::metrics::view_change(match next.state {
-                ViewState::Prepare => crate::metrics::ViewChange::SealedPrepare,
-                ViewState::Active => crate::metrics::ViewChange::SealedActive,
-            });
-            hints::publish(shared).await;
-            // Acknowledgements below an active view's token can never matter again (only a
-            // later prepared view's, with a higher token, are read): drop them, so the hash
-            // does not grow with every process that ever joined.
-            if let (ViewState::Active, Some(token)) = (next.state, next.version.token()) {
-                let (client, key) = (shared.client.clone(), shared.ack_key.clone());
-                tokio::spawn(crate::jobs::prune(client, key, token.get(), 0));
-                if let Some(tables) = &shared.tables {
-                    tables.clone().activated(&next);
-                }
-            }
-            Ok(next)
+        Ok(next) => next,
+    };
+    tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
+    crate::metrics::view_change(match next.state {
+        ViewState::Prepare => crate::metrics::ViewChange::SealedPrepare,
+        ViewState::Active => crate::metrics::ViewChange::SealedActive,
+    });
+    hints::publish(shared).await;
+    // Acknowledgements below an active view's token can never matter again (only a later
+    // prepared view's, with a higher token, are read): drop them, so the hash does not grow
+    // with every process that ever joined.
+    if let (ViewState::Active, Some(token)) = (next.state, next.version.token()) {
+        let (client, key) = (shared.client.clone(), shared.ack_key.clone());
+        tokio::spawn(crate::jobs::prune(client, key, token.get(), 0));
+        if let Some(tables) = &shared.tables {
+            tables.clone().activated(&next);
         }
     }
+    Some(next)
 }
 
 /// Resign the group's leadership, if this member holds it.

@@ -20,17 +20,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::assign::{Ownership, View, ViewState, ViewVersion};
-use crate::client::{decode, script_call, Client, Guard, NodeCtx, Request, Step, Steps};
+use crate::client::{decode, script_call, Client, Guard, Request, Step, Steps};
 use crate::clock::Stamp;
 use crate::election::{Election, Leadership};
 use crate::error::Error;
-use crate::fencing::FencingToken;
 use crate::keys::{KeyKind, Name};
 use crate::lease::{self, BeatGarbage, BeatReading, Beats};
 use crate::lock::{Lock, LockOptions};
 use crate::scripts::MEMBER_BEAT;
 
-use super::register::{self, ViewRegister};
+use super::assignment::Assignment;
+use super::register::{self, beat_reading, ViewRegister};
 use super::tables::Tables;
 
 mod beats;
@@ -42,69 +42,17 @@ mod run;
 pub use options::{Drain, DrainHook, GroupOptions};
 
 use super::decide::{self, acked_members, ACK_DIGEST};
-pub(crate) use beats::beat_reading;
 use beats::{beat, beat_loop, collect_garbage, hgetall, read_beats, LEFT};
 use leader::{ack, leader_step, leader_term};
 use run::member_loop;
 
-/// What a member may do: its place in the active view.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Assignment {
-    /// This member's dense index, `0..replicas`.
-    pub index: u32,
-    /// Members in the view.
-    pub replicas: u32,
-    /// The view's version.
-    pub version: ViewVersion,
-    /// The version as a fencing token: pass it with every write of a task's effects.
-    pub token: FencingToken,
-    /// [`ViewState::Active`]: owns what the view gives it. [`ViewState::Prepare`]: a
-    /// transition is draining; owns only the tasks the last active view and the new one both
-    /// give it.
-    pub state: ViewState,
-    /// Ownership ends here unless the membership lease is refreshed (monotonic clock).
-    pub valid_until: Instant,
-    /// The same end on the boot clock (counts host suspend).
-    pub(super) until: Stamp,
-    pub(super) view: Arc<View>,
-    /// For a prepared view: the last active view (a task must be ours under both).
-    pub(super) previous: Option<Arc<View>>,
-    pub(super) member: Arc<str>,
-    pub(super) ownership: Ownership,
-    /// Work distribution: the units owned under this assignment (under a prepared view, those
-    /// both the last active list and the new one give this member). `None` in a plain group.
-    pub(super) units: Option<Arc<BTreeSet<String>>>,
-}
-
+/// The ownership checks that read the clocks (the rest of [`Assignment`] is pure, in
+/// `membership/assignment.rs`).
 impl Assignment {
-    /// Whether this assignment gives task `task_id` to this member (ignoring time): under an
-    /// active view, when the view says so; under a prepared one, only when both it and the last
-    /// active view say so (tasks whose owner changes are held by nobody until activation).
-    pub fn covers(&self, task_id: u64) -> bool {
-        let key = task_id.to_le_bytes();
-        let mine = |v: &View| v.owner(&key, task_id, self.ownership) == Some(&*self.member);
-        match self.state {
-            ViewState::Active => mine(&self.view),
-            ViewState::Prepare => mine(&self.view) && self.previous.as_deref().is_some_and(mine),
-        }
-    }
-
     /// Whether this member owns task `task_id` now (false once `valid_until` has passed, on
     /// the monotonic or the boot clock).
     pub fn owns(&self, task_id: u64) -> bool {
         !self.until.passed() && self.covers(task_id)
-    }
-
-    /// Work distribution: the units this assignment gives this member (ignoring time; under a
-    /// prepared view only those both the last active table and the new one give it). `None`
-    /// for a member of a plain group.
-    pub fn units(&self) -> Option<&BTreeSet<String>> {
-        self.units.as_deref()
-    }
-
-    /// Work distribution: whether this assignment gives `unit` to this member (ignoring time).
-    pub fn covers_unit(&self, unit: &str) -> bool {
-        self.units.as_ref().is_some_and(|u| u.contains(unit))
     }
 
     /// Work distribution: whether this member owns `unit` now (false once `valid_until` has
@@ -162,6 +110,7 @@ impl Assignment {
 ///
 /// A member of a group. Dropping it stops heartbeats (its lease then expires); prefer
 /// [`leave`](Member::leave).
+#[must_use = "the member leaves the group when this is dropped"]
 pub struct Member {
     shared: Arc<Shared>,
     stop: CancellationToken,
