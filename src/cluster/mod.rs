@@ -14,11 +14,11 @@
 //! 3. A node's marker gives its standing (`standing`): a member votes; a node without a marker,
 //!    restarted, or sealed for this cluster is quarantined (repaired only by a URL the
 //!    descriptor lists); a node of another cluster is a stranger.
-//! 4. A change of the node list (`change_origin`, run by `crate::repair`) replaces the cluster
-//!    with its successor, whose id hashes the old id and the new list: it seals a majority of the
-//!    old nodes (`<run_id>/<old id>#sealed:<new id>`) before the new nodes are marked, and stamps
-//!    them done (`#done`) at the end. A client configured with a replaced list follows the
-//!    successor at connect (`follow`).
+//! 4. A change of the node list (`change_origin`, run by `src/repair/change.rs`) replaces the
+//!    cluster with its successor, whose id hashes the old id and the new list: it seals a
+//!    majority of the old nodes (`<run_id>/<old id>#sealed:<new id>`) before the new nodes are
+//!    marked, and stamps them done (`#done`) at the end. A client configured with a replaced
+//!    list follows the successor at connect (`follow`).
 //!
 //! # Guarantees
 //! With "a URL names one server", at most `n` servers are marked for a cluster of `n` nodes, and
@@ -45,9 +45,9 @@
 //! - A marker never repeats on a node: its epoch is new at every repair and set-up.
 //!
 //! # What it relies on outside this folder
-//! - Applied by `crate::client` (`src/client/verdicts.rs`: adoption, standing, the node-timeout
-//!   check; `src/client/send.rs`: one vote per server) and by `crate::repair` (set-up, repair and
-//!   change write descriptors and markers).
+//! - Applied by the client layer (`src/client/verdicts.rs`: adoption, standing, the node-timeout
+//!   check; `src/client/send.rs`: one vote per server) and by the repair layer (`src/repair/`:
+//!   set-up, repair and change write descriptors and markers).
 //! - Keys (`src/keys.rs`): `KeyKind::Marker` (`rq:marker`) and `KeyKind::Cluster` (`rq:cluster`).
 //! - Scripts: every script that writes or decides compares the marker (after
 //!   `src/scripts/prelude.lua`); `src/scripts/mark.lua`, `src/scripts/cluster_init.lua` and

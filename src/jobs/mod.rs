@@ -32,7 +32,7 @@
 //!   behind the marker (MULTI/EXEC).
 //!
 //! # What it relies on outside this folder
-//! - `crate::lock` for the job's lease (`crate::election` is not involved: a job is not an
+//! - `crate::lock` for the job's lease (the election module is not involved: a job is not an
 //!   election).
 //! - Keys (`src/keys.rs`): `KeyKind::Done` (`rq:done:<job>`), and the job's `KeyKind::Lock` and
 //!   `KeyKind::Fence`; a group's acknowledgements (`KeyKind::Ack`, `KeyKind::PoolAck`) go through

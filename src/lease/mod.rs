@@ -33,7 +33,7 @@
 //!   restarts every watch of it.
 //! - Nothing here reads a clock or does I/O: instants and readings come in as arguments.
 //!
-//! Why this is a sibling of `lock/` and not inside it: see the module docs of `crate::lock`
+//! Why this is a sibling of `lock/` and not inside it: see the module docs of `src/lock/mod.rs`
 //! (the beats, the repair claim, elections, errors and metrics use these rules too).
 //!
 //! # What it relies on outside this folder

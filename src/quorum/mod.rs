@@ -20,7 +20,7 @@
 //! - A decision counts only replies that arrived: a hung node costs at most its per-node
 //!   deadline, and nothing when a majority answered first.
 //! - Two majorities of the same `n` nodes share a node: every protocol's safety argument starts
-//!   here (with cluster identity, `crate::cluster`, making every client count over the same `n`
+//!   here (with cluster identity, `src/cluster/`, making every client count over the same `n`
 //!   servers).
 //!
 //! Not guaranteed: that a request whose reply was lost did not apply (it may have: that is
@@ -38,8 +38,8 @@
 //!   `Config::with_unsafe_quorum_for_tests` lowers it).
 //!
 //! # What it relies on outside this folder
-//! - Keys, scripts, repair rule, ACL: none (it never names a key; `crate::client` builds the
-//!   requests it fans out).
+//! - Keys, scripts, repair rule, ACL: none (it never names a key; the client layer,
+//!   `src/client/`, builds the requests it fans out).
 //! - Model: every model (`model/src/ids.rs`, `model/src/leases.rs`, `model/src/views.rs`,
 //!   `model/src/copy.rs`) counts majorities of the configured nodes as this module does.
 //! - Tests: the unit tests here and in `fanout.rs` (scripted nodes under paused tokio time);
