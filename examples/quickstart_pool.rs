@@ -14,10 +14,14 @@ async fn main() -> Result<(), redquorum::Error> {
 
     let me = PoolMember::join(&client, "parsers", "parser-a", PoolOptions::default()).await?;
     let mut changes = me.changes();
+    let mut acted_on = None;
     loop {
         let table = changes.borrow_and_update().clone();
         if let Some(table) = table.filter(|t| t.state == ViewState::Active) {
-            println!("token {}: I parse {:?}", table.token, me.units());
+            if acted_on != Some(table.token) {
+                acted_on = Some(table.token); // a new table: start what is mine, stop the rest
+                println!("token {}: I parse {:?}", table.token, me.units());
+            }
         }
         if changes.changed().await.is_err() {
             return Ok(());
