@@ -152,20 +152,22 @@ pub(super) async fn raise(
         key: fixed_key(KeyKind::RepairClaim),
         nonce: &target.claim,
     };
-    // Each step stops at the first call that answers -1 (the claim is not the repairer's): the
-    // node then takes nothing more of this copy.
-    let mut raised = 0usize;
-    for written in [
-        raise_registers(&mut nc, plan, &claim).await?,
-        raise_views(&mut nc, plan, &claim).await?,
-        restore_leases(&mut nc, plan, &claim).await?,
-        restore_hashes(&mut nc, plan, &claim).await?,
-    ] {
-        match written {
-            Some(n) => raised += n,
-            None => return Ok(NodeOutcome::Rejected(0)),
-        }
-    }
+    // Each step stops at the first call that answers -1 (the claim is not the repairer's), and
+    // no later step runs: the node then takes nothing more of this copy. (Each script checks
+    // the claim again atomically; the client does not lean on that alone.)
+    let Some(registers) = raise_registers(&mut nc, plan, &claim).await? else {
+        return Ok(NodeOutcome::Rejected(0));
+    };
+    let Some(views) = raise_views(&mut nc, plan, &claim).await? else {
+        return Ok(NodeOutcome::Rejected(0));
+    };
+    let Some(leases) = restore_leases(&mut nc, plan, &claim).await? else {
+        return Ok(NodeOutcome::Rejected(0));
+    };
+    let Some(hashes) = restore_hashes(&mut nc, plan, &claim).await? else {
+        return Ok(NodeOutcome::Rejected(0));
+    };
+    let raised = registers + views + leases + hashes;
     Ok(NodeOutcome::Applied(raised))
 }
 
