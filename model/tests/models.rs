@@ -88,9 +88,9 @@ fn a_flushed_node_without_quarantine_yields_a_repeated_id() {
     );
 }
 
-// The exhaustive tier: one of the two largest passes (hundreds of millions of states, 2.5 to
-// 6 minutes alone on 2 cores). `scripts/model.sh` runs it; CI runs every other set and every
-// planted bug, including this set's own counterexamples.
+// The exhaustive tier: one of the two largest passes (hundreds of millions of states; 315 s
+// and 174 s alone on 2 cores on 2026-11-28). `scripts/model.sh` runs it; CI runs every other
+// set and every planted bug, including this set's own counterexamples.
 #[test]
 #[ignore = "exhaustive tier: scripts/model.sh"]
 fn ids_from_spare_blocks_validated_by_a_majority_read_stay_unique_and_in_real_time_order() {
