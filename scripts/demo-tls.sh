@@ -20,7 +20,9 @@ command -v openssl >/dev/null 2>&1 || {
     apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl >/dev/null
 }
 scripts/build-redis-image.sh >/dev/null
-cargo build -q -p redquorum-cli
+# REDQUORUM_DEMO_FEATURES: as in scripts/demo.sh.
+features=(${REDQUORUM_DEMO_FEATURES:+--features "$REDQUORUM_DEMO_FEATURES"})
+cargo build -q --workspace --bins "${features[@]}"
 bin=./target/debug/redquorum
 
 dir=.demo-tls

@@ -257,7 +257,7 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
     let urls = cluster.urls();
     init_list(&urls.join(",")).await;
     let calls: Arc<Mutex<Vec<IdCall>>> = Arc::default();
-    let limit = Duration::from_secs(40);
+    let limit = Duration::from_secs(15);
     let start = Instant::now();
 
     // Six generators in this process, each with its own client and eight callers...
@@ -270,7 +270,7 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
         for c in 0..8 {
             let (gen, calls) = (gen.clone(), calls.clone());
             tasks.push(tokio::spawn(async move {
-                for _ in 0..420 {
+                for _ in 0..150 {
                     let t0 = Instant::now();
                     let ids = gen.next_ids(1).await.expect("healthy cluster");
                     calls.lock().unwrap().push(IdCall {
@@ -289,7 +289,7 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
         let (nodes, calls) = (nodes.clone(), calls.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = 0;
-            while n < 40 && start.elapsed() < limit {
+            while n < 12 && start.elapsed() < limit {
                 n += 1;
                 let t0 = Instant::now();
                 let out =
@@ -320,7 +320,7 @@ async fn ids_from_separate_processes_and_clients_are_unique_and_ordered() {
         calls.len(),
         start.elapsed()
     );
-    assert!(total >= 20_000, "at least 20,000 IDs (got {total})");
+    assert!(total >= 7_200, "at least 7,200 IDs (got {total})");
     if let Err(v) = check_ids(&calls) {
         panic!("checker: {v}");
     }

@@ -90,7 +90,7 @@ fn a_flushed_node_without_quarantine_yields_a_repeated_id() {
 
 // The exhaustive tier: one of the two largest passes (hundreds of millions of states; 315 s
 // and 174 s alone on 2 cores on 2026-11-28). `scripts/model.sh` runs it; CI runs every other
-// set and every planted bug, including this set's own counterexamples.
+// set, and one of this set's two planted bugs (the other is in this tier).
 #[test]
 #[ignore = "exhaustive tier: scripts/model.sh"]
 fn ids_from_spare_blocks_validated_by_a_majority_read_stay_unique_and_in_real_time_order() {
@@ -106,7 +106,10 @@ fn spare_counterexample(bug: ids::Bug) {
     shows(bug, property, find_symmetric(model, 2, property));
 }
 
+// The exhaustive tier too: its depth-first search took 61 s on 2 cores (CI keeps the other
+// spare-block bug, found in seconds, as this model's teeth).
 #[test]
+#[ignore = "exhaustive tier: scripts/model.sh"]
 fn a_spare_block_handed_out_without_a_read_breaks_real_time_order() {
     spare_counterexample(ids::Bug::SpareWithoutRead);
 }
