@@ -87,6 +87,7 @@ impl Feature {
             Feature::Indexing => LEADERS,
             // Indexing, plus plist.lua, units*.lua.
             Feature::Distribution => &[
+                "mget",
                 "hmget",
                 "hget",
                 "hset",
@@ -113,10 +114,11 @@ impl fmt::Display for Feature {
     }
 }
 
-const LOCKS: &[&str] = &["hmget", "hget", "hset", "del", "publish", "subscribe"];
+const LOCKS: &[&str] = &["mget", "hmget", "hget", "hset", "del", "publish", "subscribe"];
 
 /// Locks, plus what completion records (record.lua, prune.lua) and member beats need.
 const LEADERS: &[&str] = &[
+    "mget",
     "hmget",
     "hget",
     "hset",
@@ -228,6 +230,7 @@ fn probe_args(permission: &str) -> Vec<&'static str> {
         "hset" => vec!["hset", K, "f", "1"],
         "hgetall" => vec!["hgetall", K],
         "hmget" => vec!["hmget", K, "f"],
+        "mget" => vec!["mget", K],
         "hdel" => vec!["hdel", K, "f"],
         "hkeys" => vec!["hkeys", K],
         "hlen" => vec!["hlen", K],
