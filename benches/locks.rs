@@ -3,16 +3,23 @@
 //! (AOF on, appendfsync always), healthy and with one node frozen (SIGSTOP); and fail-over time
 //! after the holder dies, against the TTL.
 //!
+//! The same table runs on Redis, then on Valkey 8 nodes (when `valkey-server` runs:
+//! `scripts/bench.sh` installs it), rslock on the same nodes as ours; the held-leases section
+//! runs on the first server.
+//!
 //! Run: `scripts/bench.sh locks` (or `cargo bench --bench locks`; `-- --quick` for a short run;
-//! `-- --soak SECS` runs only N = 5 with 16 callers, healthy, for SECS and prints every failed
-//! cycle's error: a healthy cluster should fail none).
+//! `-- --no-valkey` for Redis only; `-- --soak SECS` runs only N = 5 with 16 callers, healthy,
+//! for SECS and prints every failed cycle's error: a healthy cluster should fail none).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
 use std::time::{Duration, Instant};
 
+#[path = "support/servers.rs"]
+mod servers;
 mod support;
 use redquorum_testkit::LocalNodes;
+use servers::Server;
 use support::profile::{Node, Profile};
 use support::{measure, Figures};
 
@@ -125,118 +132,159 @@ async fn main() {
         row("redquorum Lock", f);
         return;
     }
-    let held_only = args.iter().any(|a| a == "--held");
-    if held_only {
-        held(quick).await;
+    let servers = servers::servers();
+    if args.iter().any(|a| a == "--held") {
+        if let Some(first) = servers.first() {
+            held(quick, first).await;
+        }
         return;
     }
-    println!("redquorum lock benchmark vs rslock 0.10: {:?} per measurement, local redis-server nodes (AOF always)", dur);
+    let names: Vec<String> = servers.iter().map(Server::label).collect();
+    println!(
+        "redquorum lock benchmark vs rslock 0.10: {:?} per measurement, local nodes (AOF always): {}",
+        dur,
+        names.join(", then ")
+    );
     let mut summary = Vec::new();
-    for n in [3usize, 5, 7] {
-        let nodes = LocalNodes::start(n);
-        let urls = nodes.urls();
-        let client = support::connect(Config::from_urls(&urls).unwrap())
-            .await
-            .unwrap();
-        let manager = rslock::LockManager::new(urls.clone());
-        println!("\nN = {n}");
-        for callers in [1usize, 16] {
-            println!(" healthy, {callers} caller(s), each on its own lock:");
-            let a = ours(&client, callers, dur, &format!("h{n}{callers}")).await;
-            row("redquorum Lock", a);
-            let b = rs(&manager, callers, dur, &format!("h{n}{callers}")).await;
-            row("rslock 0.10", b);
-            println!(
-                "  ratio redquorum / rslock: {:.2}x cycles/s",
-                a.ids_per_s / b.ids_per_s
-            );
-            summary.push((n, callers, "healthy", a, b));
-        }
-        // Where the time goes at 16 callers: both again under the profile.
-        let probes: Vec<Node> = (0..n)
-            .map(|i| Node {
-                url: nodes.url(i),
-                pid: nodes.pid(i),
-            })
-            .collect();
-        // Top-level calls only: Redis also counts the commands a script runs (its SET, DEL,
-        // PUBLISH) under their own names. Ours: a script per acquisition and per release;
-        // rslock: SET NX PX, and a script to release.
-        let p = Profile::start(&probes, &["evalsha", "eval"]).await;
-        let f = ours(&client, 16, dur, &format!("p{n}")).await;
-        let r = p.finish().await;
+    for server in &servers {
         println!(
-            " profile, 16 callers: redquorum {:.0} cycles/s",
-            f.ids_per_s
+            "\n===== {} nodes ({}) =====",
+            server.label(),
+            server.program
         );
-        r.print(
-            "redquorum (cycles per node call)",
-            f.ids_per_s * r.elapsed_s,
+        for n in [3usize, 5, 7] {
+            let nodes = LocalNodes::start_with(n, &server.program);
+            for (callers, state, a, b) in one_size(&nodes, dur).await {
+                summary.push((server.label(), n, callers, state, a, b));
+            }
+        }
+    }
+    if let Some(first) = servers.first() {
+        held(quick, first).await;
+    }
+    println!(
+        "\nsummary: server N callers state | redquorum cycles/s p50 p99 | rslock cycles/s p50 p99 | ratio"
+    );
+    for (server, n, callers, state, a, b) in summary {
+        println!(
+            "  {server:<14} {n} {callers:>2} {state:<8} | {:>7.0} {:>7.2} {:>7.2} | {:>7.0} {:>7.2} {:>7.2} | {:>5.2}x",
+            a.ids_per_s,
+            a.p50_ms,
+            a.p99_ms,
+            b.ids_per_s,
+            b.p50_ms,
+            b.p99_ms,
+            a.ids_per_s / b.ids_per_s
         );
-        let p = Profile::start(&probes, &["set", "evalsha", "eval"]).await;
-        let f = rs(&manager, 16, dur, &format!("p{n}")).await;
-        let r = p.finish().await;
-        println!(" profile, 16 callers: rslock {:.0} cycles/s", f.ids_per_s);
-        r.print("rslock (cycles per node call)", f.ids_per_s * r.elapsed_s);
-        // One node frozen (SIGSTOP). rslock waits for every node; we wait at most the per-node
-        // deadline (TTL/10 capped at 250 ms) and return as soon as a majority answered.
-        nodes.freeze(n - 1);
-        println!(" one node frozen, 1 caller:");
-        let a = ours(&client, 1, dur * 2, &format!("f{n}")).await;
+    }
+}
+
+/// One cluster size on one server: healthy at 1 and 16 callers, the profile at 16, one node
+/// frozen, and the fail-over time; the summary's rows (callers, state, ours, rslock).
+async fn one_size(
+    nodes: &LocalNodes,
+    dur: Duration,
+) -> Vec<(usize, &'static str, Figures, Figures)> {
+    let n = nodes.len();
+    let urls = nodes.urls();
+    let client = support::connect(Config::from_urls(&urls).unwrap())
+        .await
+        .unwrap();
+    let manager = rslock::LockManager::new(urls.clone());
+    let mut summary = Vec::new();
+    println!("\nN = {n}");
+    for callers in [1usize, 16] {
+        println!(" healthy, {callers} caller(s), each on its own lock:");
+        let a = ours(&client, callers, dur, &format!("h{n}{callers}")).await;
         row("redquorum Lock", a);
-        let b = rs(&manager, 1, dur * 2, &format!("f{n}")).await;
+        let b = rs(&manager, callers, dur, &format!("h{n}{callers}")).await;
         row("rslock 0.10", b);
         println!(
             "  ratio redquorum / rslock: {:.2}x cycles/s",
             a.ids_per_s / b.ids_per_s
         );
-        summary.push((n, 1, "1 frozen", a, b));
-        nodes.thaw(n - 1);
+        summary.push((callers, "healthy", a, b));
+    }
+    // Where the time goes at 16 callers: both again under the profile.
+    let probes: Vec<Node> = (0..n)
+        .map(|i| Node {
+            url: nodes.url(i),
+            pid: nodes.pid(i),
+        })
+        .collect();
+    // Top-level calls only: Redis also counts the commands a script runs (its SET, DEL,
+    // PUBLISH) under their own names. Ours: a script per acquisition and per release;
+    // rslock: SET NX PX, and a script to release.
+    let p = Profile::start(&probes, &["evalsha", "eval"]).await;
+    let f = ours(&client, 16, dur, &format!("p{n}")).await;
+    let r = p.finish().await;
+    println!(
+        " profile, 16 callers: redquorum {:.0} cycles/s",
+        f.ids_per_s
+    );
+    r.print(
+        "redquorum (cycles per node call)",
+        f.ids_per_s * r.elapsed_s,
+    );
+    let p = Profile::start(&probes, &["set", "evalsha", "eval"]).await;
+    let f = rs(&manager, 16, dur, &format!("p{n}")).await;
+    let r = p.finish().await;
+    println!(" profile, 16 callers: rslock {:.0} cycles/s", f.ids_per_s);
+    r.print("rslock (cycles per node call)", f.ids_per_s * r.elapsed_s);
+    // One node frozen (SIGSTOP). rslock waits for every node; we wait at most the per-node
+    // deadline (TTL/10 capped at 250 ms) and return as soon as a majority answered.
+    nodes.freeze(n - 1);
+    println!(" one node frozen, 1 caller:");
+    let a = ours(&client, 1, dur * 2, &format!("f{n}")).await;
+    row("redquorum Lock", a);
+    let b = rs(&manager, 1, dur * 2, &format!("f{n}")).await;
+    row("rslock 0.10", b);
+    println!(
+        "  ratio redquorum / rslock: {:.2}x cycles/s",
+        a.ids_per_s / b.ids_per_s
+    );
+    summary.push((1, "1 frozen", a, b));
+    nodes.thaw(n - 1);
+    failover(&client, &urls, n).await;
+    summary
+}
 
-        // Fail-over: the holder dies (stops extending, never releases); how long until a
-        // waiting acquirer holds the lock, against the TTL.
-        let ttl = Duration::from_secs(1);
-        let holder = Lock::new(&client, &format!("bench:failover:{n}"), ttl)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
-        holder.suspend_extension_for_tests();
-        let died = Instant::now();
-        let other = support::connect(Config::from_urls(&urls).unwrap())
-            .await
-            .unwrap();
-        let g = Lock::new(&other, &format!("bench:failover:{n}"), ttl)
-            .unwrap()
-            .acquire(Duration::from_secs(10))
-            .await
-            .unwrap();
-        let took = died.elapsed();
-        println!(
-            " fail-over after the holder died: {:.0} ms with TTL {:.0} ms ({:.2}x TTL)",
-            took.as_secs_f64() * 1e3,
-            ttl.as_secs_f64() * 1e3,
-            took.as_secs_f64() / ttl.as_secs_f64()
-        );
-        let _ = g.release().await;
-        std::mem::drop(holder);
-    }
-    held(quick).await;
-    println!("\nsummary: N callers state | redquorum cycles/s p50 p99 | rslock cycles/s p50 p99");
-    for (n, callers, state, a, b) in summary {
-        println!(
-            "  {n} {callers:>2} {state:<8} | {:>7.0} {:>7.2} {:>7.2} | {:>7.0} {:>7.2} {:>7.2}",
-            a.ids_per_s, a.p50_ms, a.p99_ms, b.ids_per_s, b.p50_ms, b.p99_ms
-        );
-    }
+/// Fail-over: the holder dies (stops extending, never releases); how long until a waiting
+/// acquirer holds the lock, against the TTL.
+async fn failover(client: &Client, urls: &[String], n: usize) {
+    let ttl = Duration::from_secs(1);
+    let holder = Lock::new(client, &format!("bench:failover:{n}"), ttl)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    holder.suspend_extension_for_tests();
+    let died = Instant::now();
+    let other = support::connect(Config::from_urls(urls).unwrap())
+        .await
+        .unwrap();
+    let g = Lock::new(&other, &format!("bench:failover:{n}"), ttl)
+        .unwrap()
+        .acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let took = died.elapsed();
+    println!(
+        " fail-over after the holder died: {:.0} ms with TTL {:.0} ms ({:.2}x TTL)",
+        took.as_secs_f64() * 1e3,
+        ttl.as_secs_f64() * 1e3,
+        took.as_secs_f64() / ttl.as_secs_f64()
+    );
+    let _ = g.release().await;
+    std::mem::drop(holder);
 }
 
 /// Cost as held leases grow: one client holds 1, 100 and 10,000 leases (TTL 10 s, so each
 /// extends every 3.3 s) on N = 3; over a window of several extension periods, the script calls
 /// per second on each node (extensions of leases due together share one call) and the
-/// client's CPU.
-async fn held(quick: bool) {
-    let nodes = LocalNodes::start(3);
+/// client's CPU. On `server`'s nodes.
+async fn held(quick: bool, server: &Server) {
+    let nodes = LocalNodes::start_with(3, &server.program);
     let probes: Vec<Node> = (0..3)
         .map(|i| Node {
             url: nodes.url(i),
@@ -246,8 +294,9 @@ async fn held(quick: bool) {
     let window = Duration::from_secs(if quick { 4 } else { 10 });
     let ttl = Duration::from_secs(10);
     println!(
-        "\nheld leases: one client, TTL {} s, N = 3, measured over {} s",
+        "\nheld leases: one client, TTL {} s, N = 3 ({}), measured over {} s",
         ttl.as_secs(),
+        server.label(),
         window.as_secs()
     );
     for count in [1usize, 100, 10_000] {

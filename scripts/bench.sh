@@ -2,6 +2,9 @@
 # Runs a benchmark against local redis-server nodes (installs Debian's redis-server if
 # missing; for the ID profile's fsync counts, Debian's linux-perf if it can).
 # Usage: scripts/bench.sh ids|locks|membership|repair|memory|distribution|serve [--quick] [--nodes N]
+#        scripts/bench.sh ids|locks [--no-valkey]   (the tables run on Redis, then on Valkey 8,
+#                                  installed by scripts/install-valkey.sh; --no-valkey: Redis only)
+#        scripts/bench.sh ids --connect   (only what a connect costs, TLS beside plain)
 #        scripts/bench.sh serve [--etcd]   (IDs through `redquorum serve`; --etcd: beside etcd's JSON gateway)
 #        scripts/bench.sh etcd [--quick]
 # `etcd` compares with etcd 3.4 (three members on loopback) through the etcd-client crate:
@@ -24,6 +27,17 @@ install_missing "command -v redis-server" redis-server
 if [ "$bench" = ids ] && ! command -v perf >/dev/null 2>&1; then
     apt-get install -y -qq --no-install-recommends linux-perf >/dev/null 2>&1 \
         || echo "bench: perf not installed; the profile will not count fsyncs"
+fi
+# ids and locks run their tables on Valkey 8 nodes too, after Redis's.
+if [ "$bench" = ids ] || [ "$bench" = locks ]; then
+    valkey=1
+    for arg in "$@"; do
+        case "$arg" in --no-valkey | --connect | --soak | --held) valkey= ;; esac
+    done
+    if [ -n "$valkey" ] && ! scripts/install-valkey.sh; then
+        echo "bench: Valkey could not be installed (scripts/install-valkey.sh failed above): Redis rows only"
+        set -- "$@" --no-valkey
+    fi
 fi
 if [ "$bench" = etcd ]; then
     install_missing "command -v etcd" etcd-server

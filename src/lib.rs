@@ -75,6 +75,7 @@ mod quorum;
 mod repair;
 mod safety;
 mod scripts;
+mod transport;
 
 // Every public item has exactly one path: here.
 pub use crate::metrics::describe_metrics;

@@ -14,80 +14,14 @@ use std::sync::{Arc, Mutex};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use tokio::time::Instant;
 
-use crate::config::NodeUrl;
+use crate::config::{NodeUrl, TlsConnector};
 use crate::keys::{fixed_key, KeyKind};
 use crate::quorum::{NodeId, UnknownCause};
 use crate::safety::Probe;
-
-/// The driver's client for `url`: with the TLS certificates when given, and with the TLS
-/// server name in place of the URL's host (the connection then goes to the URL's host
-/// through [`FixedAddr`]).
-fn driver_client(
-    url: &NodeUrl,
-    tls: &crate::config::Tls,
-) -> redis::RedisResult<(redis::Client, Option<FixedAddr>)> {
-    let info = url.connection_info();
-    if !url.is_tls() {
-        return Ok((redis::Client::open(info)?, None));
-    }
-    #[cfg(feature = "tls")]
-    {
-        let mut info = info;
-        let mut resolver = None;
-        if let (
-            Some(name),
-            redis::ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                tls_params,
-            },
-        ) = (&tls.server_name, info.addr().clone())
-        {
-            resolver = Some(FixedAddr { host, port });
-            info = info.set_addr(redis::ConnectionAddr::TcpTls {
-                host: name.clone(),
-                port,
-                insecure,
-                tls_params,
-            });
-        }
-        let client = match tls.certificates() {
-            Some(certs) => redis::Client::build_with_tls(info, certs)?,
-            None => redis::Client::open(info)?,
-        };
-        Ok((client, resolver))
-    }
-    #[cfg(not(feature = "tls"))]
-    {
-        let _ = tls;
-        Ok((redis::Client::open(info)?, None))
-    }
-}
-
-/// A resolver that ignores the host it is asked for (the TLS server name) and resolves the
-/// node URL's own host and port.
-#[derive(Clone)]
-struct FixedAddr {
-    host: String,
-    port: u16,
-}
-
-impl redis::io::AsyncDNSResolver for FixedAddr {
-    fn resolve<'a, 'b: 'a>(
-        &'a self,
-        _host: &'b str,
-        _port: u16,
-    ) -> redis::RedisFuture<'a, Box<dyn Iterator<Item = std::net::SocketAddr> + Send + 'a>> {
-        Box::pin(async move {
-            let addrs = tokio::net::lookup_host((self.host.as_str(), self.port)).await?;
-            Ok(Box::new(addrs) as Box<dyn Iterator<Item = std::net::SocketAddr> + Send>)
-        })
-    }
-}
+use crate::transport::{driver_client, FixedAddr};
 
 /// What the node keeps between requests.
 #[derive(Default)]
@@ -108,7 +42,11 @@ type Connecting = Shared<BoxFuture<'static, Result<Lease, UnknownCause>>>;
 pub(crate) struct Node {
     pub(crate) id: NodeId,
     pub(crate) url: NodeUrl,
+    /// The driver's client: plain connections, and pub/sub hints.
     client: redis::Client,
+    /// The client's TLS configuration, shared by its nodes, for a `rediss://` node's connects.
+    #[cfg(feature = "tls")]
+    tls_connector: Option<Arc<TlsConnector>>,
     /// Where to connect when the TLS server name replaced the URL's host.
     resolver: Option<FixedAddr>,
     /// Whether this node is reached over TLS (for error hints).
@@ -134,11 +72,60 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// A node's connection: the driver's multiplexed connection and, when this crate spawned its
+/// driver task (a TLS connection), the handle that stops the task once the last clone is
+/// dropped, as redis-rs does for the connections it opens itself.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    inner: MultiplexedConnection,
+    _driver: Option<Arc<Driver>>,
+}
+
+/// Aborts a connection's driver task when dropped.
+struct Driver(tokio::task::AbortHandle);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Conn {
+    fn new(inner: MultiplexedConnection) -> Conn {
+        Conn {
+            inner,
+            _driver: None,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
 /// A connection handed out for one request, with its generation (to discard exactly it).
 #[derive(Clone)]
 pub(crate) struct Lease {
     pub(crate) generation: u64,
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: Conn,
     /// The server's run_id when this connection was opened (a restart breaks the connection,
     /// so it holds for the connection's whole life).
     pub(crate) run_id: Arc<str>,
@@ -148,14 +135,17 @@ impl Node {
     pub(crate) fn new(
         id: NodeId,
         url: NodeUrl,
-        tls: &crate::config::Tls,
+        tls: &Arc<TlsConnector>,
         connect_timeout: Duration,
         probe_timeout: Duration,
     ) -> Result<Node, String> {
-        let (client, resolver) = driver_client(&url, tls).map_err(|e| url.scrub(&e.to_string()))?;
+        let (client, resolver) =
+            driver_client(&url, &tls.settings).map_err(|e| url.scrub(&e.to_string()))?;
         Ok(Node {
             id,
             tls: url.is_tls(),
+            #[cfg(feature = "tls")]
+            tls_connector: url.is_tls().then(|| tls.clone()),
             url,
             client,
             resolver,
@@ -222,21 +212,13 @@ impl Node {
     /// A new connection, not probed and not stored: for [`open`](Self::open), and for
     /// `Client::check_permissions`, which must ask a node whose user cannot even run the
     /// probe (it decides nothing).
-    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, UnknownCause> {
+    pub(crate) async fn connect(&self) -> Result<Conn, UnknownCause> {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Deadlines are enforced per request by the caller; the driver's own 500 ms
             // default must not cut a longer per-node deadline short.
             .set_response_timeout(None);
-        let config = match &self.resolver {
-            Some(r) => config.set_dns_resolver(r.clone()),
-            None => config,
-        };
-        match self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
+        match self.open_connection(config).await {
             Ok(c) => Ok(c),
             Err(e) => {
                 let mut msg = not_redis_hint(self.url.scrub(&e.to_string()));
@@ -249,6 +231,36 @@ impl Node {
                 Err(UnknownCause::Unreachable(msg))
             }
         }
+    }
+
+    /// A new connection: over TLS with the client's rustls configuration, else the driver's.
+    async fn open_connection(
+        &self,
+        config: redis::AsyncConnectionConfig,
+    ) -> redis::RedisResult<Conn> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls_connector {
+            // The driver's connection timeout, over the same steps and with its error.
+            let connect = crate::transport::tls_connect(&self.url, tls, config);
+            let (conn, driver) = tokio::time::timeout(self.connect_timeout, connect)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+                })?;
+            return Ok(Conn {
+                inner: conn,
+                _driver: Some(Arc::new(Driver(driver))),
+            });
+        }
+        let config = match &self.resolver {
+            Some(r) => config.set_dns_resolver(r.clone()),
+            None => config,
+        };
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Conn::new(conn))
     }
 
     /// Open a connection, probe it, and store it as the current one.
@@ -392,7 +404,7 @@ impl Node {
 /// Read what the safety check needs in ONE round trip (a pipeline): PING (latency), INFO
 /// server/persistence/memory, CONFIG GET appendfsync (which an ACL may forbid: then the
 /// policy is unverified), the node marker and the cluster descriptor.
-async fn probe(conn: &mut MultiplexedConnection) -> redis::RedisResult<Probe> {
+async fn probe(conn: &mut Conn) -> redis::RedisResult<Probe> {
     let t0 = Instant::now();
     let wall0 = std::time::SystemTime::now();
     let mut pipe = redis::pipe();

@@ -227,11 +227,13 @@ impl Client {
             tracing::warn!("{w}");
         }
         let mut nodes = Vec::with_capacity(config.nodes.len());
+        // One TLS configuration for every connect of every node of this client.
+        let tls = Arc::new(crate::config::TlsConnector::new(config.tls.clone()));
         for (i, url) in config.nodes.iter().enumerate() {
             let node = Node::new(
                 NodeId(i),
                 url.clone(),
-                &config.tls,
+                &tls,
                 config.connect_timeout,
                 // Connecting and probing run in the background, shared by every request
                 // waiting for the node; give them more room than one request so that a loaded

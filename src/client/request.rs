@@ -19,10 +19,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::keys::{fixed_key, KeyKind};
+use crate::node::Conn;
 use crate::quorum::fanout::Wait;
 use crate::quorum::{NodeOutcome, UnknownCause};
 
@@ -142,7 +142,7 @@ impl Request {
 /// One node's connection, handed to a [`Step::session`].
 pub(crate) struct NodeConn {
     pub(crate) ctx: NodeCtx,
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: Conn,
 }
 
 impl NodeConn {

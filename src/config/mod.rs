@@ -16,7 +16,7 @@ pub use error::ConfigError;
 pub use test_switches::CopyEvent;
 #[cfg(feature = "test-util")]
 pub(crate) use test_switches::CopyHook;
-pub(crate) use tls::{hint as tls_hint, Tls};
+pub(crate) use tls::{hint as tls_hint, Tls, TlsConnector};
 pub use url::NodeUrl;
 
 /// Environment variable holding comma-separated node URLs.

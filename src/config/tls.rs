@@ -66,6 +66,150 @@ impl Tls {
     }
 }
 
+/// A client's TLS settings and the rustls configuration they make, built on the client's
+/// first TLS connect and shared by every later connect and reconnect of every node: the CA
+/// file's roots (or the system's, loaded once per process) are parsed once, not on each
+/// connect as redis-rs does. One per [`Client`](crate::Client).
+pub(crate) struct TlsConnector {
+    pub(crate) settings: Tls,
+    #[cfg(feature = "tls")]
+    built: std::sync::Mutex<Option<std::sync::Arc<rustls::ClientConfig>>>,
+    /// How many times the configuration was built (once, unless a build failed).
+    #[cfg(feature = "tls")]
+    builds: std::sync::atomic::AtomicU64,
+}
+
+/// The settings (paths only) and whether the configuration was built: never its certificates.
+impl fmt::Debug for TlsConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("TlsConnector");
+        d.field("settings", &self.settings);
+        #[cfg(feature = "tls")]
+        d.field("builds", &self.builds);
+        d.finish_non_exhaustive()
+    }
+}
+
+impl TlsConnector {
+    pub(crate) fn new(settings: Tls) -> TlsConnector {
+        TlsConnector {
+            settings,
+            #[cfg(feature = "tls")]
+            built: std::sync::Mutex::new(None),
+            #[cfg(feature = "tls")]
+            builds: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The rustls configuration, built on the first call. A failed build is not kept: the
+    /// next connect tries again (as every connect did before).
+    #[cfg(feature = "tls")]
+    pub(crate) fn client_config(
+        &self,
+    ) -> Result<std::sync::Arc<rustls::ClientConfig>, redis::RedisError> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(config) = &*built {
+            return Ok(config.clone());
+        }
+        let config = std::sync::Arc::new(rustls_config::build(&self.settings)?);
+        self.builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *built = Some(config.clone());
+        Ok(config)
+    }
+
+    /// How many times [`client_config`](Self::client_config) built the configuration.
+    #[cfg(all(test, feature = "tls"))]
+    fn builds(&self) -> u64 {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The rustls configuration redis-rs 1.8 builds for a connect (its `create_rustls_config`,
+/// same roots, same client certificate, same errors), built here once per client.
+#[cfg(feature = "tls")]
+mod rustls_config {
+    use std::sync::{Arc, Mutex};
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls::RootCertStore;
+
+    use super::{PemFile, Tls};
+
+    /// The configuration: the CA file's roots when one is set (they replace the system's, as
+    /// in redis-rs), else the system's; the client certificate when one is set.
+    pub(super) fn build(tls: &Tls) -> Result<rustls::ClientConfig, redis::RedisError> {
+        let roots = match &tls.ca {
+            Some(ca) => Arc::new(ca_roots(ca)?),
+            None => native_roots()?,
+        };
+        // The process's default provider when one is installed, else ring (this crate's only
+        // rustls provider): what `ClientConfig::builder()` chooses, without its panic.
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+        let Some((cert, key)) = &tls.client else {
+            return Ok(builder.with_no_client_auth());
+        };
+        let chain = CertificateDer::pem_slice_iter(&cert.pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                std::io::Error::other(format!("Unable to parse client certificate chain PEM: {e}"))
+            })?;
+        let key = PrivateKeyDer::from_pem_slice(&key.pem).map_err(|e| {
+            std::io::Error::other(format!("Unable to extract private key from PEM file: {e}"))
+        })?;
+        builder.with_client_auth_cert(chain, key).map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "Unable to build client with TLS parameters provided.",
+                e.to_string(),
+            ))
+        })
+    }
+
+    /// The CA file's certificates as trust anchors (redis-rs's parse and its errors).
+    fn ca_roots(ca: &PemFile) -> Result<RootCertStore, redis::RedisError> {
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&ca.pem) {
+            let cert = cert.map_err(|e| {
+                std::io::Error::other(format!("Unable to parse root certificate PEM: {e}"))
+            })?;
+            roots
+                .add(cert)
+                .map_err(|_| std::io::Error::other("Unable to parse TLS trust anchors"))?;
+        }
+        Ok(roots)
+    }
+
+    /// The system's trusted roots (rustls-native-certs: `SSL_CERT_FILE`, `SSL_CERT_DIR` or
+    /// the platform's store), loaded on the first TLS connect without a CA file and kept for
+    /// the life of the process, as most TLS stacks do (a root added to the system later needs
+    /// a restart). A failed load is not kept: the next connect tries again.
+    pub(super) fn native_roots() -> Result<Arc<RootCertStore>, redis::RedisError> {
+        static ROOTS: Mutex<Option<Arc<RootCertStore>>> = Mutex::new(None);
+        let mut kept = ROOTS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(roots) = &*kept {
+            return Ok(roots.clone());
+        }
+        let mut loaded = rustls_native_certs::load_native_certs();
+        if let Some(e) = loaded.errors.pop() {
+            return Err(e.into());
+        }
+        let mut roots = RootCertStore::empty();
+        for cert in loaded.certs {
+            roots.add(cert)?;
+        }
+        let roots = Arc::new(roots);
+        *kept = Some(roots.clone());
+        Ok(roots)
+    }
+}
+
 fn file_error(setting: &'static str, path: &Path, reason: impl Into<String>) -> ConfigError {
     ConfigError::TlsFile {
         setting,
@@ -257,5 +401,58 @@ pub(crate) fn hint(message: &str) -> Option<&'static str> {
         Some("TLS and plain text mixed: is the node's port a TLS port (rediss://) or a plain one (redis://)?")
     } else {
         None
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn every_connect_of_a_client_reuses_the_tls_configuration_built_once() {
+        let pki = redquorum_testkit::secure::Pki::generate();
+        let connector = TlsConnector::new(Tls {
+            ca: Some(ca_file(&pki.ca).expect("a CA file")),
+            client: Some(client_cert(&pki.client.cert, &pki.client.key).expect("a certificate")),
+            server_name: None,
+        });
+        assert_eq!(
+            connector.builds(),
+            0,
+            "built on the first connect, not before"
+        );
+        let first = connector.client_config().expect("built");
+        for _ in 0..10 {
+            let again = connector.client_config().expect("kept");
+            assert!(
+                Arc::ptr_eq(&first, &again),
+                "a reconnect reuses the configuration"
+            );
+        }
+        assert_eq!(connector.builds(), 1, "the CA file was parsed once");
+        let shown = format!("{connector:?}");
+        assert!(
+            shown.contains("ca.crt") && !shown.contains("CertificateDer"),
+            "Debug names the files, never a certificate: {shown}"
+        );
+    }
+
+    #[test]
+    fn the_systems_roots_are_loaded_once_per_process() {
+        let a = rustls_config::native_roots().expect("the system's roots load");
+        let b = rustls_config::native_roots().expect("kept");
+        assert!(Arc::ptr_eq(&a, &b));
+        let one = TlsConnector::new(Tls::default())
+            .client_config()
+            .expect("built");
+        let two = TlsConnector::new(Tls::default())
+            .client_config()
+            .expect("built");
+        assert!(
+            !Arc::ptr_eq(&one, &two),
+            "each client builds its own configuration, over the process's roots"
+        );
     }
 }

@@ -25,8 +25,9 @@ const LOG_NAME: &str = "redis-server.log";
 
 /// N local server processes ([`server_program`](crate::server_program): Debian's
 /// `redis-server`, looked up on `PATH`, unless env `REDQUORUM_TEST_SERVER` names another, e.g.
-/// `valkey-server`), each started with [`SAFE_ARGS`](crate::SAFE_ARGS), its own
-/// temporary directory (`--dir`, the AOF directory inside) and its own 127.0.0.1 port. There is
+/// `valkey-server`; or the program [`start_with`](Self::start_with) is given), each started
+/// with [`SAFE_ARGS`](crate::SAFE_ARGS), its own temporary directory (`--dir`, the AOF
+/// directory inside) and its own 127.0.0.1 port. There is
 /// no fault proxy: clients reach the processes directly. Faults: [`freeze`](Self::freeze) and
 /// [`thaw`](Self::thaw) (SIGSTOP, SIGCONT), [`kill`](Self::kill) (SIGKILL) and
 /// [`restart`](Self::restart) (same port, same data), [`wipe_and_restart`](Self::wipe_and_restart)
@@ -60,6 +61,8 @@ struct LocalNode {
     port: u16,
     dir: tempfile::TempDir,
     clock: Option<ClockDir>,
+    /// The server program it runs (a restart runs the same).
+    program: String,
 }
 
 impl Drop for LocalNode {
@@ -83,19 +86,33 @@ impl LocalNodes {
     /// [`READY_TIMEOUT`] per node). Panics with the reason (and the server's last log lines)
     /// when the server program is not found or a node does not come up.
     pub fn start(n: usize) -> LocalNodes {
+        LocalNodes::start_with(n, &crate::server_program())
+    }
+
+    /// As [`start`](Self::start), running `program` (a name looked up on `PATH` or a path,
+    /// e.g. `valkey-server`) whatever env [`SERVER_ENV`](crate::SERVER_ENV) says: for a run
+    /// against two servers side by side, without changing the environment of a process whose
+    /// other threads may read it.
+    pub fn start_with(n: usize, program: &str) -> LocalNodes {
         LocalNodes {
-            nodes: (0..n).map(|i| start_node(i, None)).collect(),
+            nodes: (0..n).map(|i| start_node(i, None, program)).collect(),
         }
     }
 
     /// As [`start`](Self::start), each process under its own wall clock (the `LD_PRELOAD`
     /// shim; needs `cc` once to build it), so [`step_clock_ms`](Self::step_clock_ms) works.
     pub fn start_with_clocks(n: usize) -> LocalNodes {
+        let program = crate::server_program();
         LocalNodes {
             nodes: (0..n)
-                .map(|i| start_node(i, Some(ClockDir::new())))
+                .map(|i| start_node(i, Some(ClockDir::new()), &program))
                 .collect(),
         }
+    }
+
+    /// The server program the nodes run.
+    pub fn program(&self) -> &str {
+        self.nodes.first().map_or("", |n| n.program.as_str())
     }
 
     /// "redis://127.0.0.1:PORT" of every node, in index order.
@@ -151,7 +168,7 @@ impl LocalNodes {
     pub fn restart(&self, i: usize) {
         self.kill(i);
         let node = self.node(i);
-        let child = spawn(node.index, node.port, node.dir.path(), node.clock.as_ref())
+        let child = spawn(node, node.port)
             .unwrap_or_else(|e| panic!("local node {i}: restart failed: {e}"));
         *node.child() = Some(child);
     }
@@ -271,23 +288,27 @@ fn args(port: u16, dir: &Path) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
-fn start_node(index: usize, clock: Option<ClockDir>) -> LocalNode {
+fn start_node(index: usize, clock: Option<ClockDir>, program: &str) -> LocalNode {
     let dir = tempfile::Builder::new()
         .prefix(&format!("redquorum-local{index}-"))
         .tempdir()
         .unwrap_or_else(|e| panic!("local node {index}: cannot create a directory: {e}"));
+    let mut node = LocalNode {
+        index,
+        child: Mutex::new(None),
+        port: 0,
+        dir,
+        clock,
+        program: program.to_string(),
+    };
     let mut last_error = String::new();
     for _ in 0..START_ATTEMPTS {
         let port = pick_host_port();
-        match spawn(index, port, dir.path(), clock.as_ref()) {
+        match spawn(&node, port) {
             Ok(child) => {
-                return LocalNode {
-                    index,
-                    child: Mutex::new(Some(child)),
-                    port,
-                    dir,
-                    clock,
-                }
+                node.port = port;
+                *node.child.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(child);
+                return node;
             }
             Err(e) => {
                 last_error = e;
@@ -296,27 +317,26 @@ fn start_node(index: usize, clock: Option<ClockDir>) -> LocalNode {
         }
     }
     panic!(
-        "local node {index}: {} did not start after {START_ATTEMPTS} attempts: {last_error}",
-        crate::server_program()
+        "local node {index}: {program} did not start after {START_ATTEMPTS} attempts: {last_error}"
     );
 }
 
-/// Spawn node `index`'s process on `port` with its data in `dir` (and its wall clock), and wait
-/// until it answers; the reason and its last log lines when it does not.
-fn spawn(index: usize, port: u16, dir: &Path, clock: Option<&ClockDir>) -> Result<Child, String> {
+/// Spawn `node`'s process on `port` with its data in its directory (and its wall clock), and
+/// wait until it answers; the reason and its last log lines when it does not.
+fn spawn(node: &LocalNode, port: u16) -> Result<Child, String> {
+    let (index, dir, program) = (node.index, node.dir.path(), &node.program);
     let log_path = dir.join(LOG_NAME);
     let log = File::options()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("local node {index}: cannot open {log_path:?}: {e}"))?;
-    let program = crate::server_program();
-    let mut command = Command::new(&program);
+    let mut command = Command::new(program);
     command
         .args(args(port, dir))
         .stdin(Stdio::null())
         .stdout(log);
-    if let Some(clock) = clock {
+    if let Some(clock) = &node.clock {
         command.envs(clock.envs());
     }
     let mut child = command.spawn().map_err(|e| {
@@ -466,6 +486,19 @@ mod tests {
             ping(port).is_err(),
             "the (frozen) process is gone after drop"
         );
+    }
+
+    #[test]
+    fn start_with_runs_the_program_it_is_given_and_a_restart_runs_it_again() {
+        let nodes = LocalNodes::start_with(1, crate::DEFAULT_SERVER);
+        assert_eq!(nodes.program(), crate::DEFAULT_SERVER);
+        nodes.restart(0);
+        assert!(command(nodes.port(0), "PING").starts_with("+PONG"));
+        let missing = "/nonexistent/redquorum-test-server";
+        let failed = std::panic::catch_unwind(|| LocalNodes::start_with(1, missing))
+            .expect_err("no such program");
+        let why = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(why.contains(missing), "the program it ran is named: {why}");
     }
 
     #[test]
