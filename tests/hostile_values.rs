@@ -7,7 +7,9 @@
 mod common;
 
 use common::{client, init_tracing};
-use redquorum::{IdGenerator, FENCED_SET_LUA};
+use std::time::Duration;
+
+use redquorum::{IdGenerator, Lock, FENCED_SET_LUA};
 use redquorum_testkit::Cluster;
 
 /// The guard as the earlier release shipped it: `tonumber` accepts "nan", and NaN compares
@@ -68,6 +70,40 @@ async fn with_lenient_parsing_a_nan_token_lets_every_stale_write_through() {
     assert!(
         stale_write_after_nan(LENIENT_FENCED_SET).await,
         "the lenient guard must be shown to accept the stale write (else this test has no teeth)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_fence_is_an_error_on_its_node_never_absent() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let lock = Lock::new(&c, "typed", Duration::from_secs(5)).expect("valid");
+    let first = lock.try_acquire().await.expect("a free lock");
+    let t1 = first.token().get();
+    assert!(first.release().await.expect("released"));
+    // Node 0's fence for the lock (gone after the release, folded into the floor) comes back
+    // as a hash: a stray HSET, a bad restore. Read as absent (MGET's nil for another type), node
+    // 0 would grant from its floor alone and overwrite it; refused, the two healthy nodes carry on.
+    let mut con = cluster.node(0).direct_connection().await;
+    let _: () = redis::cmd("HSET")
+        .arg("rq:fence:typed")
+        .arg("x")
+        .arg("1")
+        .query_async(&mut con)
+        .await
+        .expect("HSET");
+    let second = lock.try_acquire().await.expect("a majority of healthy nodes");
+    assert!(second.token().get() > t1, "tokens still grow");
+    assert!(second.release().await.expect("released"));
+    let kind: String = redis::cmd("TYPE")
+        .arg("rq:fence:typed")
+        .query_async(&mut con)
+        .await
+        .expect("TYPE");
+    assert_eq!(
+        kind, "hash",
+        "a wrong-typed register is an error on its node, never overwritten as if absent"
     );
 }
 

@@ -43,10 +43,11 @@ if ttl < 1 or token < 1 then
   return redis.error_reply('ERR rq lock_acquire: bad ttl or token')
 end
 -- One read of the four single registers (a script's every redis.call costs about a microsecond
--- of the node's CPU: this script was seven calls, now four). MGET reads a key of another type
--- as absent where GET raised WRONGTYPE: only a hand-written key in rq:'s own keyspace can be
--- one (the strict parsing below still refuses a corrupted string).
+-- of the node's CPU: this script was seven calls, now four or five). MGET reads a key of
+-- another type as absent, where GET raised WRONGTYPE: a register MGET found absent is checked
+-- with one EXISTS, so a wrong-typed fence or floor is still an error, never 0.
 local regs = redis.call('MGET', KEYS[2], KEYS[4], KEYS[5], KEYS[3])
+rq_absent({KEYS[2], KEYS[4], KEYS[5]}, regs)
 local fence = math.max(rq_stored(regs[1], KEYS[2]), rq_stored(regs[2], KEYS[4]),
   rq_stored(regs[3], KEYS[5]))
 local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 't')

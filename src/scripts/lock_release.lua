@@ -15,16 +15,17 @@
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
   return 0
 end
--- Five calls (one read of fence and floor, one DEL of lease and fence), where this script
--- made seven: each costs the node about a microsecond.
+-- One read of fence and floor, one DEL of lease and fence, before the floor's SET: a script's
+-- first write decides whether a node over maxmemory refuses it, and DEL frees memory.
 local regs = redis.call('MGET', KEYS[2], KEYS[3])
+rq_absent({KEYS[2], KEYS[3]}, regs)
 local fence = rq_int(regs[1] or '0')
 if fence then
+  redis.call('DEL', KEYS[1], KEYS[2])
   local floor = rq_stored(regs[2], KEYS[3])
   if fence > floor then
     redis.call('SET', KEYS[3], tostring(fence))
   end
-  redis.call('DEL', KEYS[1], KEYS[2])
 else
   redis.call('DEL', KEYS[1])
 end

@@ -44,3 +44,19 @@ local function rq_claimed(key, n)
   local c = redis.call('GET', key)
   return type(c) == 'string' and #n > 0 and (c == n or string.sub(c, 1, #n + 1) == n .. ':')
 end
+-- rq_absent(keys, vals) after an MGET of `keys` returned `vals`: MGET reads a key of another
+--                    type as absent (GET raised WRONGTYPE); when any of them came back absent,
+--                    one EXISTS tells a truly absent register from a wrong-typed one, which is
+--                    raised as a corrupted register (never read as 0).
+local function rq_absent(keys, vals)
+  local missing = {}
+  for i = 1, #keys do
+    if not vals[i] then
+      missing[#missing + 1] = keys[i]
+    end
+  end
+  if #missing > 0 and redis.call('EXISTS', unpack(missing)) > 0 then
+    error({err = 'ERR rq: corrupted register (a key of another type) among ' ..
+      table.concat(missing, ' ')})
+  end
+end
