@@ -93,7 +93,10 @@ async fn a_wrong_typed_fence_is_an_error_on_its_node_never_absent() {
         .query_async(&mut con)
         .await
         .expect("HSET");
-    let second = lock.try_acquire().await.expect("a majority of healthy nodes");
+    let second = lock
+        .try_acquire()
+        .await
+        .expect("a majority of healthy nodes");
     assert!(second.token().get() > t1, "tokens still grow");
     assert!(second.release().await.expect("released"));
     let kind: String = redis::cmd("TYPE")
