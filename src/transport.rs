@@ -88,7 +88,7 @@ pub(crate) async fn tls_connect(
     if *insecure {
         return Err((
             redis::ErrorKind::InvalidClientConfig,
-            "Cannot create insecure client without tls-rustls-insecure feature",
+            "a rediss:// URL with #insecure is refused: redquorum always verifies the node's certificate",
         )
             .into());
     }
