@@ -4,14 +4,17 @@
 //! hashing with bounded loads (capacity 1.05x the mean), on the same inputs: the busiest
 //! member against the mean, units moved by a join, a leave, one unit added, one removed (and
 //! the minimum the balance needs), weighted members, and computation time (pure computation).
-//! Then, on three local `redis-server` nodes: the time from a member's crash (or the leader's)
-//! to an active table without it, in heartbeat intervals.
+//! Then, on three local `redis-server` nodes, for pools of 2, 10 and 32 members: the node calls
+//! per member per second in steady state with their breakdown by source, and the time from a
+//! member's crash (or the leader's) to an active table without it, in heartbeat intervals.
 //!
 //! Run: `scripts/bench.sh distribution` (or `cargo bench --bench distribution`; `-- --quick`
 //! skips the 100,000 x 1,000 case).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
+#[path = "support/calls.rs"]
+mod calls;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,6 +170,7 @@ fn measure(name: &'static str, f: Assign, m: &[MemberWeight], u: &BTreeSet<Strin
 }
 
 fn main() {
+    calls::install();
     let quick = std::env::args().any(|a| a == "--quick");
     let mut scales = vec![(1_000, 10), (10_000, 100)];
     if !quick {
@@ -268,6 +272,12 @@ async fn crash_to_active(n_units: usize, n_members: usize, rounds: usize) {
     settled(&members, n_units, limit)
         .await
         .expect("initial table");
+    // Steady state: two intervals to settle in, then eight measured.
+    tokio::time::sleep(interval * 2).await;
+    let window = calls::measure(&urls, n_members, interval * 8).await;
+    let per_member = window.per_member();
+    println!("{n_units} x {n_members} | {per_member:.1} node calls/s per member (steady, 3 nodes)");
+    window.print_breakdown("    ");
     let (mut member_t, mut leader_t) = (Vec::new(), Vec::new());
     for round in 0..rounds * 2 {
         let leader = round % 2 == 1;
@@ -293,12 +303,9 @@ async fn crash_to_active(n_units: usize, n_members: usize, rounds: usize) {
             .await
             .expect("a table with the replacement");
     }
-    let fmt = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        format!("median {:.2}, max {:.2}", v[v.len() / 2], v[v.len() - 1])
-    };
+    let fmt = |v: &mut Vec<f64>| calls::median_max(v);
     println!(
-        "{n_units} x {n_members} | member crash: {} intervals | leader crash: {} intervals ({rounds} each)",
+        "{n_units} x {n_members} | member crash: {} intervals | leader crash: {} intervals ({rounds} each) | {per_member:.1} node calls/s per member",
         fmt(&mut member_t),
         fmt(&mut leader_t)
     );
@@ -312,11 +319,14 @@ fn real_nodes(quick: bool) {
         .enable_all()
         .build()
         .unwrap();
-    println!("\ntime from a crash to an active table without the crashed member (interval 500 ms, 3 local nodes)");
-    println!("units x members | member crash | leader crash");
+    println!("\nsteady-state node calls (every command the nodes ran, those inside scripts included, INFO excluded, summed over the 3 nodes) and the time from a crash to an active table without the crashed member (interval 500 ms, 3 local nodes)");
+    println!("units x members | member crash | leader crash | node calls/s per member");
     rt.block_on(async {
-        crash_to_active(1_000, 10, if quick { 3 } else { 10 }).await;
+        let rounds = if quick { 3 } else { 7 };
+        crash_to_active(1_000, 2, rounds).await;
+        crash_to_active(1_000, 10, rounds).await;
         if !quick {
+            crash_to_active(1_000, 32, rounds).await;
             crash_to_active(100_000, 10, 5).await;
         }
     });

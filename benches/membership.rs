@@ -1,9 +1,11 @@
 //! Peer indexing figures: the fraction of tasks that change owner per membership change in
-//! both ownership modes, for 2 to 16 instances (pure computation over the view logic); and the
-//! time to an active assignment after a join, a leave and a crash, in intervals, on local
-//! redis-server nodes.
+//! both ownership modes, for 2 to 16 instances (pure computation over the view logic); then, on
+//! three local redis-server nodes, for groups of 2 to 64 members: the node calls per member per
+//! second in steady state with their breakdown by source, and the time to an active view after
+//! a join, a leave, a member's crash and the leader's crash (medians), in intervals.
 //!
-//! Run: `scripts/bench.sh membership` (or `cargo bench --bench membership`).
+//! Run: `scripts/bench.sh membership [--quick]` (or `cargo bench --bench membership`; `--quick`:
+//! groups of 2, 4 and 8, three crashes of each kind).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -12,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use redquorum_testkit::LocalNodes;
 
+#[path = "support/calls.rs"]
+mod calls;
 mod support;
-use support::profile::node_counters;
 
 use redquorum::moved_fraction;
 use redquorum::Config;
@@ -41,6 +44,13 @@ async fn settle(ms: &[&Member], n: u32, limit: Duration) -> Option<Duration> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    calls::install();
+    // RUST_LOG=redquorum=info (say) shows the library's log.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
     println!("Tasks changing owner per membership change (20,000 tasks; buckets: 1024):");
     println!("  n -> n+1 | modulo  | buckets || n -> n-1 | modulo  | buckets");
     for n in [2usize, 3, 4, 6, 8, 12, 16] {
@@ -66,122 +76,117 @@ async fn main() {
     let nodes = LocalNodes::start(3);
     let urls = nodes.urls();
     let opts = GroupOptions::default().with_interval(interval);
+    let quick = std::env::args().any(|a| a == "--quick");
     println!(
-        "\nTime to an active assignment (interval {} ms, 3 local nodes):",
+        "\nSteady-state node calls and time to an active view (interval {} ms, 3 local nodes; \
+         node calls: every command the nodes ran, those inside scripts included, INFO excluded, \
+         summed over the 3 nodes):",
         interval.as_millis()
     );
-    let counts: Vec<usize> = if std::env::args().any(|a| a == "--quick") {
-        vec![2, 4]
+    let (mut counts, rounds): (Vec<usize>, usize) = if quick {
+        (vec![2, 4, 8], 3)
     } else {
-        vec![2, 4, 8, 16, 32, 64]
+        (vec![2, 4, 8, 16, 32, 64], 7)
     };
+    // `--sizes 16,64`: only these group sizes.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--sizes") {
+        counts = args[i + 1].split(',').map(|n| n.parse().unwrap()).collect();
+    }
+    let mut summary = Vec::new();
     for n in counts {
-        let group = format!("bench-{n}");
-        let mut ms = Vec::new();
-        for i in 0..n {
-            let c = support::connect(Config::from_urls(&urls).unwrap())
-                .await
-                .unwrap();
-            ms.push(
-                Member::join(&c, &group, &format!("m{i}"), opts.clone())
-                    .await
-                    .unwrap(),
-            );
-        }
-        settle(
-            &ms.iter().collect::<Vec<_>>(),
-            n as u32,
-            Duration::from_secs(20),
-        )
+        summary.push(group_of(&urls, n, rounds, &opts, interval).await);
+    }
+    println!("\n  members | node calls/member/s | member crash -> active | leader crash -> active (intervals)");
+    for line in summary {
+        println!("  {line}");
+    }
+}
+
+async fn join(urls: &[String], group: &str, id: &str, opts: &GroupOptions) -> Member {
+    let c = support::connect(Config::from_urls(urls).unwrap())
+        .await
+        .unwrap();
+    Member::join(&c, group, id, opts.clone()).await.unwrap()
+}
+
+/// One group of `n`: its steady-state calls, a join and a leave, then `rounds` crashes of a
+/// member that does not lead and as many of the leader (a replacement joins after each).
+async fn group_of(
+    urls: &[String],
+    n: usize,
+    rounds: usize,
+    opts: &GroupOptions,
+    interval: Duration,
+) -> String {
+    let group = format!("bench-{n}");
+    let mut ms = Vec::new();
+    for i in 0..n {
+        ms.push(join(urls, &group, &format!("m{i}"), opts).await);
+    }
+    let limit = Duration::from_secs(30);
+    settle(&ms.iter().collect::<Vec<_>>(), n as u32, limit)
         .await
         .expect("initial settle");
-        // Steady state: node calls per second per member over six intervals (every command
-        // the nodes ran, those inside scripts included, INFO excluded).
-        let calls = |c: &support::profile::NodeCounters| -> u64 {
-            c.calls
-                .iter()
-                .filter(|(k, _)| k.as_str() != "info")
-                .map(|(_, (n, _))| n)
-                .sum()
-        };
-        let snapshot = || async {
-            let mut all = Vec::new();
-            for u in &urls {
-                all.push(node_counters(u).await);
-            }
-            all
-        };
-        let first = snapshot().await;
-        let window = interval * 6;
-        tokio::time::sleep(window).await;
-        let last = snapshot().await;
-        let before: u64 = first.iter().map(calls).sum();
-        let after: u64 = last.iter().map(calls).sum();
-        let (first, last) = (&first[0], &last[0]);
-        let mut top: Vec<(u64, &String)> = last
-            .calls
-            .iter()
-            .map(|(k, (n, _))| (n - first.calls.get(k).map_or(0, |c| c.0), k))
-            .collect();
-        top.sort_unstable_by(|a, b| b.cmp(a));
-        println!(
-            "  {n:>2} instances, node 0's busiest commands per second per member: {}",
-            top.iter()
-                .take(6)
-                .map(|(c, k)| format!("{k} {:.1}", *c as f64 / window.as_secs_f64() / n as f64))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let per_member = (after - before) as f64 / window.as_secs_f64() / n as f64;
-        let c = support::connect(Config::from_urls(&urls).unwrap())
-            .await
-            .unwrap();
-        let t = Instant::now();
-        ms.push(
-            Member::join(&c, &group, "joiner", opts.clone())
-                .await
-                .unwrap(),
-        );
-        let join = settle(
-            &ms.iter().collect::<Vec<_>>(),
-            n as u32 + 1,
-            Duration::from_secs(20),
-        )
+    // Steady state: two intervals to settle in, then eight measured.
+    tokio::time::sleep(interval * 2).await;
+    let window = calls::measure(urls, n, interval * 8).await;
+    let per_member = window.per_member();
+    println!("  {n:>2} members: {per_member:.1} node calls/s per member (steady, 3 nodes)");
+    window.print_breakdown("    ");
+    let iv = |d: Option<Duration>| {
+        d.map(|d| format!("{:.2}", d.as_secs_f64() / interval.as_secs_f64()))
+            .unwrap_or_else(|| "timeout".into())
+    };
+    let t = Instant::now();
+    ms.push(join(urls, &group, "joiner", opts).await);
+    let joined = settle(&ms.iter().collect::<Vec<_>>(), n as u32 + 1, limit)
         .await
         .map(|_| t.elapsed());
-        let leaving = ms.pop().unwrap();
-        let t = Instant::now();
-        leaving.leave().await;
-        let leave = settle(
-            &ms.iter().collect::<Vec<_>>(),
-            n as u32,
-            Duration::from_secs(20),
-        )
+    let leaving = ms.pop().unwrap();
+    let t = Instant::now();
+    leaving.leave().await;
+    let left = settle(&ms.iter().collect::<Vec<_>>(), n as u32, limit)
         .await
         .map(|_| t.elapsed());
-        let crashed = ms.pop().unwrap();
-        let t = Instant::now();
+    let (mut member_t, mut leader_t) = (Vec::new(), Vec::new());
+    let mut next = n;
+    for round in 0..rounds * 2 {
+        let leader = round % 2 == 1;
+        // A group of one has no member besides its leader to crash.
+        let Some(victim) = ms.iter().position(|m| m.is_leader() == leader) else {
+            continue;
+        };
+        let crashed = ms.remove(victim);
         crashed.crash_for_tests();
-        let crash = settle(
-            &ms.iter().collect::<Vec<_>>(),
-            n as u32 - 1,
-            Duration::from_secs(20),
-        )
-        .await
-        .map(|_| t.elapsed());
-        let iv = |d: Option<Duration>| {
-            d.map(|d| format!("{:.2}", d.as_secs_f64() / interval.as_secs_f64()))
-                .unwrap_or_else(|| "timeout".into())
+        let Some(t) = settle(&ms.iter().collect::<Vec<_>>(), n as u32 - 1, limit).await else {
+            println!("    a crash was not followed by an active view within {limit:?}");
+            break;
         };
-        println!(
-            "  {n:>2} instances: join {} intervals, leave {} intervals, crash {} intervals; \
-             {per_member:.1} node calls/s per member (3 nodes, steady)",
-            iv(join),
-            iv(leave),
-            iv(crash)
-        );
-        for m in ms {
-            m.leave().await;
+        let intervals = t.as_secs_f64() / interval.as_secs_f64();
+        if leader {
+            leader_t.push(intervals)
+        } else {
+            member_t.push(intervals)
         }
+        ms.push(join(urls, &group, &format!("m{next}"), opts).await);
+        next += 1;
+        settle(&ms.iter().collect::<Vec<_>>(), n as u32, limit)
+            .await
+            .expect("a view with the replacement");
     }
+    let (member, leader) = (
+        calls::median_max(&mut member_t),
+        calls::median_max(&mut leader_t),
+    );
+    println!(
+        "  {n:>2} members: join {} intervals, leave {} intervals; crash -> active: member {member}, \
+         leader {leader} ({rounds} each)",
+        iv(joined),
+        iv(left),
+    );
+    for m in ms {
+        m.leave().await;
+    }
+    format!("{n:>7} | {per_member:>19.1} | {member:>22} | {leader}")
 }

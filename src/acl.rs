@@ -114,7 +114,15 @@ impl fmt::Display for Feature {
     }
 }
 
-const LOCKS: &[&str] = &["mget", "hmget", "hget", "hset", "del", "publish", "subscribe"];
+const LOCKS: &[&str] = &[
+    "mget",
+    "hmget",
+    "hget",
+    "hset",
+    "del",
+    "publish",
+    "subscribe",
+];
 
 /// Locks, plus what completion records (record.lua, prune.lua) and member beats need.
 const LEADERS: &[&str] = &[

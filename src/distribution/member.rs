@@ -300,7 +300,9 @@ pub async fn pool_table(client: &Client, pool: &str) -> Result<PoolTable, Error>
         name.key(KeyKind::PoolMembers).into(),
         false,
     );
-    let view = register.read_adopted(|_| {}).await?;
+    let (view, _) = register
+        .read_adopted(&crate::membership::register::Extras::default(), |_| {})
+        .await?;
     let lists = match view.state {
         ViewState::Active => view.lists.clone(),
         ViewState::Prepare => view.previous_lists.clone(),

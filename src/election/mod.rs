@@ -232,6 +232,19 @@ impl Election {
         self.lock.try_acquire().await.map(Leadership::won)
     }
 
+    /// One acquisition attempt, without watching a held lease across rounds: for a candidate
+    /// that watches the lease from readings of its own and tries when
+    /// [`Lock::ready_at`] says so (a group's members, whose view reads carry the lease).
+    /// Errors as [`try_campaign`](Self::try_campaign); cancel-safe.
+    pub(crate) async fn campaign_once(&self) -> Result<Leadership, Error> {
+        self.lock.attempt_once().await.map(Leadership::won)
+    }
+
+    /// The lease under this election.
+    pub(crate) fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
     /// The leader according to a majority of the nodes, or `None` when there is none, read
     /// once. The reading is remembered by this handle: a later call says for how long the
     /// leader's lease stayed unchanged and whether the leader looks abandoned

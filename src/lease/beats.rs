@@ -121,6 +121,39 @@ impl Beats {
             >= needed
     }
 
+    /// The earliest instant at which one of `members` that looks silent could be judged gone
+    /// ([`gone`](Self::gone)) if its beat stays unchanged: a member is silent when at least
+    /// `needed` of the nodes read in this round (`answered`) have shown its beat unchanged
+    /// for `silent` at `now` (a live member's beat changes every interval); it could be
+    /// judged at the instant the `needed`-th of those nodes will have shown it unchanged for
+    /// `window`, if that is later than `now`. `None` when no member is silent. A hint for when
+    /// to read next: only
+    /// [`gone`](Self::gone), on the readings then, judges.
+    pub(crate) fn next_judgement(
+        &self,
+        members: &std::collections::BTreeSet<String>,
+        answered: &[usize],
+        needed: usize,
+        (silent, window): (Duration, Duration),
+        now: Instant,
+    ) -> Option<Instant> {
+        members
+            .iter()
+            .filter_map(|m| {
+                let w = self.watches.get(m)?;
+                let mut firsts: Vec<Instant> = answered
+                    .iter()
+                    .filter_map(|i| w.get(*i).map(|(_, first)| first))
+                    .filter(|first| now.saturating_duration_since(*first) >= silent)
+                    .collect();
+                firsts.sort();
+                firsts.get(needed.checked_sub(1)?).map(|f| *f + window)
+            })
+            // A member judgeable already was judged on these readings.
+            .filter(|at| *at > now)
+            .min()
+    }
+
     /// Members present on at least one of the nodes read in this round.
     pub(crate) fn present(&self, answered: &[usize]) -> std::collections::BTreeSet<String> {
         self.watches
@@ -241,6 +274,42 @@ mod tests {
         // Only readings of this round count: with node 1 unanswered, nodes 0 and 2 decide.
         assert!(b.gone("m#1", &[0, 2], 2, window));
         assert!(!b.gone("m#1", &[0], 2, window));
+    }
+
+    #[test]
+    fn the_next_judgement_is_when_a_silent_members_majority_will_have_lasted_the_window() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (silent, window) = (ms(750), ms(1265));
+        let view: std::collections::BTreeSet<String> =
+            ["a#1".to_string(), "b#1".to_string()].into();
+        let mut b = Beats::default();
+        // a beats once (first seen at t0) and stops; b beats again.
+        let r1 = readings(&[
+            (0, "r0", &[("a#1", "1"), ("b#1", "1")]),
+            (1, "r1", &[("a#1", "1"), ("b#1", "1")]),
+        ]);
+        let r2 = readings(&[
+            (0, "r0", &[("a#1", "1"), ("b#1", "2")]),
+            (1, "r1", &[("a#1", "1"), ("b#1", "2")]),
+        ]);
+        b.observe(3, &r1, &view, t0);
+        assert_eq!(
+            b.next_judgement(&view, &[0, 1], 2, (silent, window), t0 + ms(500)),
+            None,
+            "nobody is silent half an interval after a beat"
+        );
+        b.observe(3, &r2, &view, t0 + ms(1000));
+        assert_eq!(
+            b.next_judgement(&view, &[0, 1], 2, (silent, window), t0 + ms(1000)),
+            Some(t0 + window),
+            "a stopped beating; b beat again"
+        );
+        assert_eq!(
+            b.next_judgement(&view, &[0], 2, (silent, window), t0 + ms(1000)),
+            None,
+            "one node is not a majority"
+        );
     }
 
     #[test]

@@ -30,6 +30,14 @@ impl Lock {
         self.spawn_attempt(true).await
     }
 
+    /// One acquisition attempt in a task of its own, without watching a held lease across
+    /// rounds: a contender that watches the lease from readings of its own
+    /// ([`observe_readings`](Self::observe_readings)) tries when [`ready_at`](Self::ready_at)
+    /// says so. Errors and cancel safety as [`try_acquire`](Self::try_acquire).
+    pub(crate) async fn attempt_once(&self) -> Result<LockGuard, Error> {
+        self.spawn_attempt(false).await
+    }
+
     /// One attempt in a task of its own (see [`try_acquire`](Self::try_acquire)); `watching`:
     /// watch a held lease until its holder shows it is alive or its window ends.
     async fn spawn_attempt(&self, watching: bool) -> Result<LockGuard, Error> {

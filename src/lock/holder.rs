@@ -147,23 +147,8 @@ impl Lock {
     /// One majority read of the lock key on every node, remembered in the watch; the holder
     /// a majority names, and the instant of the reading.
     async fn read_holder(&self) -> Result<(Option<Holder>, Instant), Error> {
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(&self.inner.key).arg("v").arg("n").arg("t");
-        let read = Step::read(vec![hmget], |ctx, v| {
-            let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
-                redis::from_redis_value(v)?;
-            let state = match value {
-                Some(value) => KeyState::Held {
-                    value: value.into(),
-                    version: version.unwrap_or(0),
-                    ttl: Duration::from_millis(ttl.unwrap_or(0)),
-                },
-                None => KeyState::Absent,
-            };
-            Ok(NodeOutcome::Applied(Seen {
-                run_id: ctx.marker.clone(),
-                state,
-            }))
+        let read = Step::read(vec![self.lease_read()], |ctx, v| {
+            Ok(NodeOutcome::Applied(decode_lease(&ctx.marker, v)?))
         });
         let request = Request::vote("lock.holder")
             .wait_all()
@@ -184,10 +169,65 @@ impl Lock {
         Ok((holder, read_at))
     }
 
+    /// The read of this lease on a node (`HMGET <lock key> v n t`), for a caller that reads it
+    /// inside a marker-checked read of its own (a group's view read carries its leader lease);
+    /// decode the node's reply with [`decode_lease`] and hand the readings to
+    /// [`observe_readings`](Self::observe_readings).
+    pub(crate) fn lease_read(&self) -> redis::Cmd {
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&self.inner.key).arg("v").arg("n").arg("t");
+        hmget
+    }
+
+    /// Remember readings of this lease taken by another marker-checked read, received by `at`
+    /// (as this handle's own reads and attempts are remembered): a contender watches a held
+    /// lease from them without rounds of its own.
+    pub(crate) fn observe_readings(&self, readings: &[(usize, Seen<KeyState>)], at: Instant) {
+        let mut watch = self.inner.watch();
+        for (node, seen) in readings {
+            watch.observe(*node, seen.clone(), at);
+        }
+    }
+
+    /// When an acquisition round could win from what this handle has seen: `None` now (the
+    /// lease is free on a majority, some node was never read, or a majority showed it
+    /// unchanged for its TTL plus drift), else the earliest instant a majority could be ready
+    /// if nothing changes. Only a hint for when to try: the round itself decides.
+    pub(crate) fn ready_at(&self, now: Instant) -> Option<Instant> {
+        let inner = &self.inner;
+        let needed = inner.client.majority().needed();
+        match lease::plan_with(&inner.watch(), needed, now, inner.takeover_window) {
+            Plan::Attempt(_) => None,
+            Plan::WaitUntil(t) => Some(t),
+        }
+    }
+
     /// Wake-up hints for waiters: notified when the holder releases (pub/sub on every node).
     pub(crate) fn release_watch(&self, wake: Arc<Notify>) -> ReleaseWatch {
         ReleaseWatch::start(&self.inner, wake)
     }
+}
+
+/// A node's reply to [`Lock::lease_read`], seen on the node incarnation `marker` (the one the
+/// marker-checked read verified). Pure.
+pub(crate) fn decode_lease(
+    marker: &Arc<str>,
+    v: redis::Value,
+) -> redis::RedisResult<Seen<KeyState>> {
+    let (value, version, ttl): (Option<String>, Option<u64>, Option<u64>) =
+        redis::from_redis_value(v)?;
+    let state = match value {
+        Some(value) => KeyState::Held {
+            value: value.into(),
+            version: version.unwrap_or(0),
+            ttl: Duration::from_millis(ttl.unwrap_or(0)),
+        },
+        None => KeyState::Absent,
+    };
+    Ok(Seen {
+        run_id: marker.clone(),
+        state,
+    })
 }
 
 /// The lease value that at least `needed` of the nodes' `states` hold, with the lowest version

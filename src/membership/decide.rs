@@ -9,19 +9,85 @@ use std::time::Duration;
 use super::assign::{self, parse_int, ListRef, Ownership, View, ViewState, ViewVersion};
 use super::assignment::Assignment;
 use super::tables::Held;
-use crate::clock::Stamp;
+use crate::clock::{Instant, Stamp};
 
-/// How long a member's loop sleeps between view reads: an eighth of an interval while
-/// something is moving (it leads, the view is prepared, it drains, or it does not hear the
-/// leader's hints on a majority of nodes), so a prepared view is drained and acknowledged, and
-/// an acknowledged one activated, within a fraction of an interval; half an interval when all
-/// is settled, since the leader's hint wakes it for a new view and every beat wakes it too.
-pub(super) fn member_tick(interval: Duration, busy: bool) -> Duration {
-    if busy {
-        interval / 8
-    } else {
-        interval / 2
+/// How many members of a view, by index, are deputies (see [`Role::Deputy`]).
+pub(super) const DEPUTIES: u32 = 2;
+
+/// A member's part in its group's rhythm, which sets how often it reads the view and what the
+/// read carries (`register::Extras`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// It holds the leader lease: it reads the view and the beats twice an interval to judge
+    /// the members (and at once when one that stopped beating could be judged gone).
+    Leader,
+    /// One of the first [`DEPUTIES`] members of its view by index: it reads the view, the
+    /// beats and the leader lease twice an interval, so that it takes a crashed leader's lease
+    /// over within about a lease time and, as the new leader, judges the old one gone from a
+    /// warm watch.
+    Deputy,
+    /// Any other member: it reads the view, with the leader lease, once per beat.
+    Member,
+}
+
+/// The role of a member whose adopted view gives it `index` (`None`: not in the view) among
+/// `members`. While the view names nobody (a new group), every member is a deputy: the first
+/// to try leads.
+pub(super) fn role(leading: bool, index: Option<u32>, members: usize) -> Role {
+    match (leading, index) {
+        (true, _) => Role::Leader,
+        (false, Some(i)) if i < DEPUTIES => Role::Deputy,
+        (false, None) if members == 0 => Role::Deputy,
+        _ => Role::Member,
     }
+}
+
+/// How long a member's loop sleeps before its next view read, at most (a beat, the leader's
+/// hint of a new view, the end of its assignment's validity, or, for a leader, the instant a
+/// silent member can be judged gone, wake it sooner). An eighth of an interval while something
+/// is moving (the view is prepared, it drains, a leader sealed in this round, or it does not
+/// hear the leader's hints on a majority of nodes), so a prepared view is drained and
+/// acknowledged, and an acknowledged one activated, within a fraction of an interval. When all
+/// is settled, every beat wakes it (an assignment's validity comes only from a beat sent before
+/// a view read), so a member reads once per beat (the tick, two intervals, only backs the beats
+/// up), and a leader or a deputy twice: half an interval after a round a beat woke
+/// (`after_beat`), and at the next beat after that.
+pub(super) fn member_tick(
+    interval: Duration,
+    role: Role,
+    busy: bool,
+    after_beat: bool,
+) -> Duration {
+    match (busy, role) {
+        (true, _) => interval / 8,
+        (false, Role::Leader | Role::Deputy) if after_beat => interval / 2,
+        (false, Role::Leader | Role::Deputy) => interval,
+        (false, Role::Member) => interval * 2,
+    }
+}
+
+/// When a contender for the leader lease next tries (see `group/campaign.rs`): at the instant
+/// its watch, fed by its view reads, says the lease could be won (`ready`; for a lease that is
+/// winnable now, when it first saw it so), plus a slack: a thirty-second of an interval for a
+/// deputy, whose reads every half interval show a live leader's extensions; three quarters for
+/// any other member, which reads once per beat, so that a deputy (with its warm watch of the
+/// beats) takes a crashed leader's lease first and the others stand by; and no later than
+/// three intervals after a view read last carried the lease (`seen`; then the try reads the
+/// lease itself).
+pub(super) fn campaign_wake(
+    ready: Instant,
+    deputy: bool,
+    seen: Option<Instant>,
+    now: Instant,
+    interval: Duration,
+) -> Instant {
+    let slack = if deputy {
+        interval / 32
+    } else {
+        interval * 3 / 4
+    };
+    let fallback = seen.unwrap_or(now) + interval * 3;
+    (ready + slack).min(fallback)
 }
 
 /// The assignment a member with key `key` holds under `view`, given the validity of its last
@@ -402,9 +468,66 @@ mod tests {
     }
 
     #[test]
-    fn a_settled_member_reads_the_view_four_times_less_often() {
+    fn a_settled_member_reads_once_per_beat_and_a_leader_or_deputy_twice_an_interval() {
         let interval = Duration::from_millis(800);
-        assert_eq!(member_tick(interval, true), Duration::from_millis(100));
-        assert_eq!(member_tick(interval, false), Duration::from_millis(400));
+        for role in [Role::Leader, Role::Deputy, Role::Member] {
+            for after_beat in [false, true] {
+                assert_eq!(
+                    member_tick(interval, role, true, after_beat),
+                    Duration::from_millis(100)
+                );
+            }
+        }
+        for role in [Role::Leader, Role::Deputy] {
+            assert_eq!(
+                member_tick(interval, role, false, true),
+                Duration::from_millis(400),
+                "half an interval after a beat's read"
+            );
+            assert_eq!(
+                member_tick(interval, role, false, false),
+                interval,
+                "then the next beat's"
+            );
+        }
+        for after_beat in [false, true] {
+            assert_eq!(
+                member_tick(interval, Role::Member, false, after_beat),
+                Duration::from_millis(1600),
+                "longer than a beat: the beats pace a settled member's reads"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_members_by_index_are_deputies_unless_they_lead() {
+        assert_eq!(role(true, Some(0), 3), Role::Leader);
+        assert_eq!(role(true, None, 3), Role::Leader);
+        assert_eq!(role(false, Some(0), 3), Role::Deputy);
+        assert_eq!(role(false, Some(DEPUTIES - 1), 3), Role::Deputy);
+        assert_eq!(role(false, Some(DEPUTIES), 3), Role::Member);
+        assert_eq!(role(false, None, 3), Role::Member, "a joiner");
+        assert_eq!(role(false, None, 0), Role::Deputy, "a new group");
+    }
+
+    #[test]
+    fn a_contender_tries_after_a_slack_and_reads_for_itself_when_no_view_read_came() {
+        let interval = Duration::from_millis(800);
+        let now = Instant::now();
+        let ready = now + Duration::from_millis(500);
+        let seen = Some(now);
+        assert_eq!(
+            campaign_wake(ready, true, seen, now, interval),
+            ready + Duration::from_millis(25)
+        );
+        assert_eq!(
+            campaign_wake(ready, false, seen, now, interval),
+            ready + Duration::from_millis(600)
+        );
+        let late = now + Duration::from_secs(10);
+        assert_eq!(
+            campaign_wake(late, false, seen, now, interval),
+            now + Duration::from_millis(2400)
+        );
     }
 }

@@ -8,17 +8,25 @@
 //!    the group's beats hash on every node (`member_beat.lua`, no expiry). Its membership lease
 //!    is valid from the send of its last beat a majority applied, for 1.25 intervals minus
 //!    drift, on its monotonic clock.
-//! 2. **Lead** (`group/leader.rs`): members campaign for the group's leader lease (an
-//!    [`Election`](crate::Election) under the group's own key kinds). The leader judges a member
-//!    gone only after its beat stayed unchanged on a majority, on one node incarnation, for the
-//!    lease time plus drift on its own clock (`crate::lease`), from readings taken after the view
-//!    it judges.
+//! 2. **Lead** (`group/leader.rs`, `group/campaign.rs`): members campaign for the group's
+//!    leader lease (an [`Election`](crate::Election) under the group's own key kinds): their
+//!    view reads carry the lease and feed the lock's watch, and a member
+//!    tries an acquisition round only when that watch says the lease is free or was left
+//!    unchanged for its TTL plus drift. The leader judges a member gone only after its beat
+//!    stayed unchanged on a majority, on one node incarnation, for the lease time plus drift on
+//!    its own clock (`crate::lease`), from readings taken after the view it judges was on a
+//!    majority. It reads the view and the beats twice an interval, and at once when a silent
+//!    member could be judged gone.
 //! 3. **Seal** (`register.rs`): the leader seals the next view `{version = (term, seq), members
 //!    -> dense sticky index, state, base}` as a compare-and-set on the version it was derived
 //!    from (`view_write.lua`), never reusing a version; it then publishes a hint
 //!    (`group/hints.rs`) that wakes the members.
 //! 4. **Adopt**: a reader takes the highest version a majority returned and writes it back (the
-//!    same compare-and-set) before adopting it.
+//!    same compare-and-set) before adopting it, unless a majority answered with it already. A
+//!    member reads once per beat (and at once on a hint); the first two members of the view by
+//!    index, its deputies, twice an interval, with the beats, so that one of them takes a
+//!    crashed leader's lease over first and judges the old leader from a warm watch
+//!    (`decide::Role`).
 //! 5. **Transition**: a new view starts `prepare`: members of the last active view narrow to the
 //!    tasks both views give them, run the drain hook for the rest, and acknowledge
 //!    (`record.lua`); the leader activates the view once every one of them acknowledged or is

@@ -3,7 +3,9 @@
 //! A view is stored on each node as `{token, view, hash}` and written by `view_write.lua` as a
 //! compare-and-set on the version it was derived from (its `base`): a node takes a view only
 //! while it holds that base or an older version. Readers take the highest version a majority
-//! returned and write it back (the same compare-and-set) before adopting it.
+//! returned and write it back (the same compare-and-set) before adopting it; when a majority
+//! answered with that very view, it is on a majority already and the write-back, which would
+//! change nothing on any of them, is skipped.
 //!
 //! # Why views cannot fork
 //! - *One version, one view.* A sealer never reuses a sequence number within its term, even
@@ -21,7 +23,6 @@
 //! Architecture invariant: a view is adopted only after a majority holds it, and every write of
 //! a view (seal, write-back, repair) is the compare-and-set on its base.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 use super::assign::{parse_int, View, ViewVersion};
 use crate::client::{decode as client_decode, script_call, Client, Guard, NodeCtx, Request, Step};
 use crate::error::{Error, NoQuorum};
-use crate::lease::BeatReading;
+use crate::lease::{BeatReading, KeyState, Seen};
 use crate::quorum::NodeOutcome;
 use crate::scripts::VIEW_WRITE;
 
@@ -108,11 +109,59 @@ pub(crate) fn pick(answers: &[&StoredView]) -> Result<Option<View>, String> {
 /// A node's `token`, `view` and `hash` fields as stored.
 type RawView = (Option<String>, Option<String>, Option<String>);
 
-/// A majority's answers to one view read, with the beats that rode along.
+/// What a view read carries besides the view, in the same marker-checked transaction.
+#[derive(Clone, Default)]
+pub(crate) struct Extras {
+    /// The group's beats (a leader judges from them; a deputy keeps its watch of them warm).
+    pub(crate) beats: bool,
+    /// The group leader's lease, read by `Lock::lease_read` (a contender watches it).
+    pub(crate) lease: Option<redis::Cmd>,
+    /// Also take the answers of nodes that reply this much later than a majority (see
+    /// [`Wait::Linger`](crate::quorum::fanout::Wait::Linger)): a leader judges from every node
+    /// that answers about as fast, so a node whose watch restarted does not hold a judgement
+    /// up while the others answer.
+    pub(crate) linger: Option<std::time::Duration>,
+}
+
+/// One node's answer to a view read: its view, and what rode along.
+type NodeReading = (StoredView, Option<BeatReading>, Option<Seen<KeyState>>);
+
+/// A majority's answers to one view read, with what rode along (empty when not asked).
 pub(crate) struct Reading {
     pub(crate) views: Vec<StoredView>,
     pub(crate) beats: Vec<BeatReading>,
+    /// The leader lease as each answering node holds it.
+    pub(crate) lease: Vec<(usize, Seen<KeyState>)>,
     pub(crate) at: Instant,
+}
+
+/// Decode one node's reply to a view read with `extras` (one reply per command, in order).
+fn decode_reading(
+    ctx: &NodeCtx,
+    v: redis::Value,
+    extras: (bool, bool),
+) -> redis::RedisResult<NodeReading> {
+    let (beats, lease) = extras;
+    let mut replies = if beats || lease {
+        redis::from_redis_value::<Vec<redis::Value>>(v)?.into_iter()
+    } else {
+        vec![v].into_iter()
+    };
+    let mut next = || {
+        replies.next().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "a view read's reply is short"))
+        })
+    };
+    let (token, json, hash): RawView = redis::from_redis_value(next()?)?;
+    let beats = match beats {
+        true => Some(beat_reading(ctx, redis::from_redis_value(next()?)?)),
+        false => None,
+    };
+    let lease = match lease {
+        true => Some(crate::lock::decode_lease(&ctx.marker, next()?)?),
+        false => None,
+    };
+    Ok((decode(token, json, hash), beats, lease))
 }
 
 /// The group's view register.
@@ -143,33 +192,55 @@ impl ViewRegister {
         }
     }
 
-    /// Read the register (and the beats) from a majority.
-    pub(crate) async fn read(&self) -> Result<Reading, Error> {
-        // The beats ride along in the same round trip: every member keeps a warm watch of
-        // them, so a new leader can judge a crashed member without waiting a whole lease time
-        // first.
+    /// Read the register from a majority, with `extras` in the same round trip: a deputy
+    /// keeps a warm watch of the beats, so that as a new leader it can judge a crashed member
+    /// without waiting a whole lease time first, and watches the leader lease, so that it can
+    /// take over a crashed leader's without rounds of its own.
+    pub(crate) async fn read(&self, extras: &Extras) -> Result<Reading, Error> {
         let mut view = redis::cmd("HMGET");
         view.arg(&*self.key).arg("token").arg("view").arg("hash");
-        let mut beats = redis::cmd("HGETALL");
-        beats.arg(&*self.members_key);
-        let read = Step::read(vec![view, beats], |ctx, v| {
-            let ((token, json, hash), beats): (RawView, BTreeMap<String, String>) =
-                redis::from_redis_value(v)?;
-            Ok(NodeOutcome::Applied((
-                decode(token, json, hash),
-                beat_reading(ctx, beats),
-            )))
+        let mut cmds = vec![view];
+        if extras.beats {
+            let mut beats = redis::cmd("HGETALL");
+            beats.arg(&*self.members_key);
+            cmds.push(beats);
+        }
+        cmds.extend(extras.lease.clone());
+        let asked = (extras.beats, extras.lease.is_some());
+        let read = Step::read(cmds, move |ctx, v| {
+            Ok(NodeOutcome::Applied(decode_reading(ctx, v, asked)?))
         });
-        let tally = self
-            .client
-            .decide(Request::vote("group.view.read"), read)
-            .await?;
+        let request = match extras.linger {
+            Some(extra) => Request::vote("group.view.read").linger(extra),
+            None => Request::vote("group.view.read"),
+        };
+        let tally = self.client.decide(request, read).await?;
         let at = Instant::now();
-        let (views, beats) = tally
-            .replies()
-            .map(|(_, (v, b))| (v.clone(), b.clone()))
-            .unzip();
-        Ok(Reading { views, beats, at })
+        let mut reading = Reading {
+            views: Vec::new(),
+            beats: Vec::new(),
+            lease: Vec::new(),
+            at,
+        };
+        for (node, (view, beats, lease)) in tally.replies() {
+            reading.views.push(view.clone());
+            reading.beats.extend(beats.clone());
+            reading.lease.extend(lease.clone().map(|l| (node.0, l)));
+        }
+        Ok(reading)
+    }
+
+    /// Whether a majority of the configured nodes answered `reading` with the view it names
+    /// (`version`): that view is then on a majority already, and a write-back would change
+    /// nothing anywhere.
+    fn held_by_majority(&self, reading: &Reading, version: ViewVersion) -> bool {
+        let token = version.token().map(|t| t.get());
+        let holding = reading
+            .views
+            .iter()
+            .filter(|(t, v)| Some(*t) == token && matches!(v, Some(Ok(_))))
+            .count();
+        holding >= self.client.majority().needed()
     }
 
     /// The view a reading names, written back to a majority first (so every later reader sees
@@ -185,6 +256,9 @@ impl ViewRegister {
         let answers: Vec<&StoredView> = reading.views.iter().collect();
         match pick(&answers).map_err(|e| (Error::Internal(format!("view register: {e}")), false))? {
             None => Ok(View::empty()),
+            // Already on a majority (`pick` refused the reading if two of these differed): the
+            // write-back's compare-and-set would find it in place on each of them.
+            Some(view) if self.held_by_majority(reading, view.version) => Ok(view),
             Some(view) => {
                 self.write_or_superseded(&view).await?;
                 Ok(view)
@@ -197,15 +271,16 @@ impl ViewRegister {
     /// reading taken (a member's watch feeds on the beats that ride along).
     pub(crate) async fn read_adopted(
         &self,
+        extras: &Extras,
         mut observe: impl FnMut(&Reading),
-    ) -> Result<View, Error> {
+    ) -> Result<(View, Reading), Error> {
         const ATTEMPTS: usize = 4;
         let mut attempt = 1;
         loop {
-            let reading = self.read().await?;
+            let reading = self.read(extras).await?;
             observe(&reading);
             match self.try_adopt(&reading).await {
-                Ok(view) => return Ok(view),
+                Ok(view) => return Ok((view, reading)),
                 Err((e, true)) if attempt < ATTEMPTS => {
                     tracing::debug!(error = %e, attempt, "view write-back superseded; reading again");
                     attempt += 1;
@@ -486,7 +561,11 @@ mod for_tests {
         /// # Cancel safety
         /// As the register's own step: a dropped write may have reached some nodes.
         pub async fn read(&self) -> Result<ReadingForTests, Error> {
-            self.0.read().await.map(ReadingForTests)
+            let extras = Extras {
+                beats: true,
+                ..Extras::default()
+            };
+            self.0.read(&extras).await.map(ReadingForTests)
         }
 
         /// Choose the view the reading names, write it back to a majority, adopt it.

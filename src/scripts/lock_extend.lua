@@ -45,7 +45,9 @@ end
 if ARGV[1] ~= '*' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local legacy_floor = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
+-- The single floor matters only to a re-created copy: read once, by the first lease that needs
+-- it (an extension of a held copy runs three commands: the marker, HMGET, HSET).
+local legacy_floor = nil
 local out = {}
 for i = 0, leases - 1 do
   local k = 3 + 3 * i
@@ -53,9 +55,10 @@ for i = 0, leases - 1 do
   local a = 3 + 4 * i
   local value, version, ttl, token = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local status
-  local cur = redis.call('HGET', lock, 'v')
+  local held = redis.call('HMGET', lock, 'v', 'n')
+  local cur = held[1]
   if cur == value then
-    local n = rq_stored(redis.call('HGET', lock, 'n'), lock .. ' n')
+    local n = rq_stored(held[2], lock .. ' n')
     if tonumber(version) > n then
       redis.call('HSET', lock, 'n', version, 't', ttl)
     end
@@ -66,6 +69,9 @@ for i = 0, leases - 1 do
   elseif cur or ARGV[2] == 'x' then
     status = 0
   else
+    if legacy_floor == nil then
+      legacy_floor = rq_stored(redis.call('GET', KEYS[2]), KEYS[2])
+    end
     local fence = math.max(rq_stored(redis.call('GET', fence_key), fence_key),
       rq_stored(redis.call('GET', bucket), bucket), legacy_floor)
     if fence > tonumber(token) then

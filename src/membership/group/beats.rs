@@ -20,12 +20,19 @@ pub(super) async fn beat_loop(shared: Arc<Shared>, lease: Duration) {
         let ok = beat(&shared, seq, false).await;
         if ok {
             let until = sent.after(lease::validity(lease));
-            let mut cur = shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
-            if cur.is_none_or(|c| c.mono < until.mono) {
-                *cur = Some(until);
+            {
+                let mut cur = shared.beat_until.lock().unwrap_or_else(|p| p.into_inner());
+                if cur.is_none_or(|c| c.mono < until.mono) {
+                    *cur = Some(until);
+                }
             }
-            drop(cur);
             shared.beaten.notify_one();
+            if seq == 1 {
+                // A joiner: the leader reads every half interval; the hint has it seal at once.
+                // (Not awaited: the beats keep their own timer.)
+                let shared = shared.clone();
+                tokio::spawn(async move { hints::publish(&shared).await });
+            }
         }
         // The first beat goes out at once (a fast join); the skew shifts the later ones once,
         // EARLIER (one gap shorter than an interval): a later shift would stretch one gap past

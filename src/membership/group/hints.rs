@@ -1,8 +1,9 @@
-//! View-change hints: the leader publishes on the group's channel after every view it seals,
-//! and members subscribe on every node, so a member reads a new view at once instead of
-//! polling for it every eighth of an interval. A hint only wakes the loop early: nothing is
-//! decided from it, and a member that misses one reads the view at its next tick anyway (at
-//! most half an interval later, see [`decide::member_tick`]).
+//! View-change hints: the leader publishes on the group's channel after every view it seals
+//! (and a member after its first beat and after it left, so the leader, which reads every half
+//! interval, seals at once), and members subscribe on every node, so a member reads a new view
+//! at once instead of polling for it. A hint only wakes the loop early: nothing is decided from
+//! it, and a member that misses one reads the view at its next beat anyway (at most an interval
+//! later; a leader or a deputy at most half an interval later, see [`decide::member_tick`]).
 
 use futures::StreamExt;
 
@@ -15,7 +16,8 @@ pub(super) fn channel(shared: &Shared) -> String {
     format!("{}:views", shared.members_key)
 }
 
-/// Tell the group's members that a view was sealed (best effort: a hint).
+/// Tell the group's members that a view was sealed, or the leader that a member joined or
+/// left (best effort: a hint).
 pub(super) async fn publish(shared: &Shared) {
     let mut publish = redis::cmd("PUBLISH");
     publish.arg(channel(shared)).arg(1);

@@ -123,7 +123,13 @@ fn judge_by_watch(
     let answered: Vec<usize> = readings.iter().map(|(n, _, _)| *n).collect();
     let window = lease::watch_window(lease);
     let mut beats = shared.beats.lock().unwrap_or_else(|p| p.into_inner());
-    beats.observe(nodes, readings, in_view, Instant::now());
+    let now = Instant::now();
+    beats.observe(nodes, readings, in_view, now);
+    // A read is due when a member that stopped beating (unchanged for three quarters of an
+    // interval, where a live one beats every interval) could be judged gone.
+    let silent = shared.opts.interval * 3 / 4;
+    *shared.judge_at.lock().unwrap_or_else(|p| p.into_inner()) =
+        beats.next_judgement(in_view, &answered, needed, (silent, window), now);
     let mut candidates = beats.present(&answered);
     candidates.extend(in_view.iter().cloned());
     // A member that left wrote "left" itself, after it stopped owning: gone at once.
@@ -185,17 +191,20 @@ struct Judged {
 }
 
 /// The leader's step: seal a new view when membership changed; activate a prepared view once
-/// the barrier allows. Returns the view now current (Err carries the unchanged view).
+/// the barrier allows. `readings`: the beats read with the view, when that view was on a
+/// majority before the read began (so every reading is later than its seal); else the step
+/// reads them. Returns the view now current (Err carries the unchanged view).
 pub(super) async fn leader_step(
     shared: &Shared,
     view: View,
     term: u64,
     lease: Duration,
+    readings: Option<Vec<BeatReading>>,
 ) -> Result<View, View> {
     if term < view.version.term {
         return Err(view); // a newer leader sealed this view: we are deposed
     }
-    let Some(Judged { live, gone, acks }) = judge(shared, &view, lease).await else {
+    let Some(Judged { live, gone, acks }) = judge(shared, &view, lease, readings).await else {
         return Err(view);
     };
     // A pool's planner proposes the unit lists for the live members.
@@ -239,16 +248,25 @@ pub(super) async fn leader_step(
     seal(shared, next).await.ok_or(view)
 }
 
-/// The members judged from beats read AFTER `view` (when a prepared view is judged, every
-/// reading is later than its seal: the barrier's argument needs it), and, for a prepared view,
-/// its acknowledgements. None when either read fails.
-async fn judge(shared: &Shared, view: &View, lease: Duration) -> Option<Judged> {
-    let readings = match read_beats(shared).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
-            return None;
-        }
+/// The members judged from beats read AFTER `view` was on a majority (when a prepared view is
+/// judged, every reading is later than its seal: the barrier's argument needs it): `readings`
+/// taken with a view read that began after it was, or a read of the beats now; and, for a
+/// prepared view, its acknowledgements. None when either read fails.
+async fn judge(
+    shared: &Shared,
+    view: &View,
+    lease: Duration,
+    readings: Option<Vec<BeatReading>>,
+) -> Option<Judged> {
+    let readings = match readings {
+        Some(r) => r,
+        None => match read_beats(shared).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(group = %shared.group, error = %e, "leader: cannot read members");
+                return None;
+            }
+        },
     };
     let (live, gone) = judge_members(shared, view, &readings, lease);
     tracing::trace!(group = %shared.group, version = ?view.version, state = ?view.state, draining = ?view.draining, live = ?live, "leader step");
@@ -277,6 +295,7 @@ async fn seal(shared: &Shared, next: View) -> Option<View> {
         }
         Ok(next) => next,
     };
+    run::committed(shared, next.version);
     tracing::info!(group = %shared.group, version = ?next.version, state = ?next.state, replicas = next.replicas(), "view sealed");
     crate::metrics::view_change(match next.state {
         ViewState::Prepare => crate::metrics::ViewChange::SealedPrepare,

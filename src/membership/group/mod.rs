@@ -34,6 +34,7 @@ use super::register::{self, beat_reading, ViewRegister};
 use super::tables::Tables;
 
 mod beats;
+mod campaign;
 mod hints;
 mod leader;
 mod options;
@@ -72,16 +73,18 @@ impl Assignment {
 /// send time of its last beat a majority applied, plus the lease (1.25 intervals), minus drift,
 /// on its monotonic clock (and the boot clock).
 ///
-/// Members campaign for the group's leader lease (a [`crate::Lock`]). The leader judges a
-/// member **gone** only when, on a majority of the nodes it just read, it has seen the member's
-/// beat (or its absence) unchanged, on one node incarnation, for the lease plus drift on its
-/// own monotonic clock (`lease::Beats`; every member keeps this watch warm from its view
-/// reads, so a new leader judges without waiting a whole lease first). The leader seals views
-/// (`prepare`), waits until every member of the last active view has drained and acknowledged
-/// or is gone, then activates them. Views live in a quorum register (a compare-and-set on
-/// each view's base on every node, committed on a majority, see `register.rs`); readers
-/// take the highest version from a majority and write it back to a majority before adopting
-/// it, so no two instances adopt views in opposite orders and views cannot fork.
+/// Members campaign for the group's leader lease (a [`crate::Lock`]), watching it from their
+/// view reads and trying only when it is free or was left unchanged for its TTL plus drift.
+/// The leader judges a member **gone** only when, on a majority of the nodes it just read, it
+/// has seen the member's beat (or its absence) unchanged, on one node incarnation, for the
+/// lease plus drift on its own monotonic clock (`lease::Beats`; the view's deputies keep this
+/// watch warm from their view reads, so a deputy that becomes the leader judges without
+/// waiting a whole lease first). The leader seals views (`prepare`), waits until every member
+/// of the last active view has drained and acknowledged or is gone, then activates them. Views
+/// live in a quorum register (a compare-and-set on each view's base on every node, committed
+/// on a majority, see `register.rs`); readers take the highest version from a majority and
+/// write it back to a majority (unless a majority answered with it) before adopting it, so no
+/// two instances adopt views in opposite orders and views cannot fork.
 ///
 /// # Why the barrier holds without node clocks
 /// A member M owns tasks of the active view V1 only through an assignment published after a
@@ -142,8 +145,20 @@ struct Shared {
     hinted: tokio::sync::Notify,
     /// Nodes this member is subscribed to for hints.
     hints_live: std::sync::atomic::AtomicUsize,
-    /// The leader's watch over the group's beats.
+    /// The leader's watch over the group's beats (kept warm by a deputy's view reads).
     beats: Mutex<Beats>,
+    /// The highest view version this member knows a majority holds (it sealed it, wrote it
+    /// back, or read it from a majority): readings taken after it are later than its seal.
+    committed: Mutex<Option<ViewVersion>>,
+    /// Leader: when a member that stopped beating could next be judged gone (a read is due
+    /// then).
+    judge_at: Mutex<Option<Instant>>,
+    /// Whether this member is a deputy of its view (see [`decide::Role`]).
+    deputy: std::sync::atomic::AtomicBool,
+    /// Woken by every view read that carried the leader lease (the campaign plans again).
+    lease_seen: tokio::sync::Notify,
+    /// When a view read last carried the leader lease.
+    lease_seen_at: Mutex<Option<Instant>>,
     /// How often the leader saw two live processes with one member ID.
     duplicates: std::sync::atomic::AtomicUsize,
     /// The duplicate member keys last reported (reported again only when they change).
@@ -254,6 +269,11 @@ impl Member {
             hinted: tokio::sync::Notify::new(),
             hints_live: std::sync::atomic::AtomicUsize::new(0),
             beats: Mutex::new(Beats::default()),
+            committed: Mutex::new(None),
+            judge_at: Mutex::new(None),
+            deputy: std::sync::atomic::AtomicBool::new(false),
+            lease_seen: tokio::sync::Notify::new(),
+            lease_seen_at: Mutex::new(None),
             duplicates: std::sync::atomic::AtomicUsize::new(0),
             duplicates_reported: Mutex::new(Vec::new()),
             client: client.clone(),
