@@ -76,7 +76,9 @@
 //!   none. So no member's write is in flight across other steps: late beats (the case the
 //!   "snapshot the validity before the read" rule exists for) and late write-backs are not
 //!   explored, and the repair's wait for writes in flight is not needed here (`ids.rs`
-//!   explores that wait).
+//!   explores that wait). The real reader skips the write-back when a majority answered with the
+//!   view it picked: the same as a write-back on that read majority right after the round,
+//!   which is explored.
 //! - The drain hook is instantaneous (a member narrows its assignment when it adopts the
 //!   prepared view, then acknowledges); graceful leave ("left"), the burial of gone members no
 //!   view names, the garbage collection of beat entries, duplicate member keys, and

@@ -30,14 +30,14 @@ pub(super) enum Role {
     Member,
 }
 
-/// The role of a member whose adopted view gives it `index` (`None`: not in the view) among
-/// `members`. While the view names nobody (a new group), every member is a deputy: the first
-/// to try leads.
-pub(super) fn role(leading: bool, index: Option<u32>, members: usize) -> Role {
+/// The role of a member whose adopted view gives it `index` (`None`: not in the view). A member the view does not name yet is a deputy: in a new group, or a group whose
+/// every process was restarted (the view names only dead keys), the first to try leads, from a
+/// warm watch of the beats; a joiner of a running group is one only until the next view.
+pub(super) fn role(leading: bool, index: Option<u32>) -> Role {
     match (leading, index) {
         (true, _) => Role::Leader,
         (false, Some(i)) if i < DEPUTIES => Role::Deputy,
-        (false, None) if members == 0 => Role::Deputy,
+        (false, None) => Role::Deputy,
         _ => Role::Member,
     }
 }
@@ -501,13 +501,16 @@ mod tests {
 
     #[test]
     fn the_first_members_by_index_are_deputies_unless_they_lead() {
-        assert_eq!(role(true, Some(0), 3), Role::Leader);
-        assert_eq!(role(true, None, 3), Role::Leader);
-        assert_eq!(role(false, Some(0), 3), Role::Deputy);
-        assert_eq!(role(false, Some(DEPUTIES - 1), 3), Role::Deputy);
-        assert_eq!(role(false, Some(DEPUTIES), 3), Role::Member);
-        assert_eq!(role(false, None, 3), Role::Member, "a joiner");
-        assert_eq!(role(false, None, 0), Role::Deputy, "a new group");
+        assert_eq!(role(true, Some(0)), Role::Leader);
+        assert_eq!(role(true, None), Role::Leader);
+        assert_eq!(role(false, Some(0)), Role::Deputy);
+        assert_eq!(role(false, Some(DEPUTIES - 1)), Role::Deputy);
+        assert_eq!(role(false, Some(DEPUTIES)), Role::Member);
+        assert_eq!(
+            role(false, None),
+            Role::Deputy,
+            "a joiner, until a view names it"
+        );
     }
 
     #[test]

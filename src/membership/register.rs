@@ -12,7 +12,7 @@
 //!   after a seal that reached only some nodes ([`View::above_attempts`]); terms are lease
 //!   tokens, one sealer each. A node refuses a view whose version it holds with another digest.
 //! - *One chain.* Say views X and Y were both derived from base B (X < Y), and X was adopted:
-//!   X is on a majority (written back before adoption). Y can then reach no majority: every
+//!   X is on a majority (written back before adoption, or found on a majority by the read). Y can then reach no majority: every
 //!   majority includes a node holding X or newer, which is above B, so the compare-and-set
 //!   refuses Y there. Symmetrically, once Y is on a majority, X (lower) is refused by every node
 //!   holding Y, and every majority read returns Y or newer. So of the views derived from one
@@ -243,8 +243,8 @@ impl ViewRegister {
         holding >= self.client.majority().needed()
     }
 
-    /// The view a reading names, written back to a majority first (so every later reader sees
-    /// at least this view). `View::empty()` when the group has none yet.
+    /// The view a reading names, written back to a majority first unless a majority of the
+    /// reading already held it (either way every later reader sees at least this view). `View::empty()` when the group has none yet.
     #[cfg(feature = "test-util")]
     pub(crate) async fn adopt(&self, reading: &Reading) -> Result<View, Error> {
         self.try_adopt(reading).await.map_err(|(e, _)| e)
@@ -568,7 +568,8 @@ mod for_tests {
             self.0.read(&extras).await.map(ReadingForTests)
         }
 
-        /// Choose the view the reading names, write it back to a majority, adopt it.
+        /// Choose the view the reading names, write it back to a majority (unless a majority
+        /// answered with it), adopt it.
         ///
         /// # Errors
         /// [`Error::NoQuorum`] without a majority.

@@ -94,7 +94,13 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) -> End
         Some(term) => {
             let readings = read.beats;
             let stepped = leader_step(shared, read.view, term, lease, readings).await;
-            let due = *shared.judge_at.lock().unwrap_or_else(|p| p.into_inner());
+            // Taken, not read: a round that returned before judging (deposed, acknowledgements
+            // unread) leaves no stale instant that would make every later round read at once.
+            let due = shared
+                .judge_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
             match stepped {
                 Ok(v) => (v, true, due),
                 Err(v) => (v, false, due),
@@ -103,11 +109,7 @@ async fn round(shared: &Shared, progress: &mut Progress, lease: Duration) -> End
         None => (read.view, false, None),
     };
     let leading = leader_term(shared).is_some();
-    progress.role = Some(decide::role(
-        leading,
-        view.index_of(&shared.key),
-        view.members.len(),
-    ));
+    progress.role = Some(decide::role(leading, view.index_of(&shared.key)));
     let deputy = progress.role == Some(decide::Role::Deputy);
     if shared
         .deputy
