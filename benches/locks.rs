@@ -9,7 +9,10 @@
 //!
 //! Run: `scripts/bench.sh locks` (or `cargo bench --bench locks`; `-- --quick` for a short run;
 //! `-- --no-valkey` for Redis only; `-- --soak SECS` runs only N = 5 with 16 callers, healthy,
-//! for SECS and prints every failed cycle's error: a healthy cluster should fail none).
+//! for SECS and prints every failed cycle's error: a healthy cluster should fail none;
+//! `-- --healthy` only the healthy cells of N = 3 and 5, for a quick comparison; `-- --phases`
+//! where one caller's cycle goes: acquisition and release apart, ours, rslock's, our scripts
+//! without our client, and plain `SET NX PX`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -132,6 +135,10 @@ async fn main() {
         row("redquorum Lock", f);
         return;
     }
+    if args.iter().any(|a| a == "--phases") {
+        phases().await;
+        return;
+    }
     let servers = servers::servers();
     if args.iter().any(|a| a == "--held") {
         if let Some(first) = servers.first() {
@@ -152,14 +159,19 @@ async fn main() {
             server.label(),
             server.program
         );
-        for n in [3usize, 5, 7] {
+        let healthy_only = args.iter().any(|a| a == "--healthy");
+        let sizes: &[usize] = if healthy_only { &[3, 5] } else { &[3, 5, 7] };
+        for &n in sizes {
             let nodes = LocalNodes::start_with(n, &server.program);
-            for (callers, state, a, b) in one_size(&nodes, dur).await {
+            for (callers, state, a, b) in one_size(&nodes, dur, healthy_only).await {
                 summary.push((server.label(), n, callers, state, a, b));
             }
         }
     }
-    if let Some(first) = servers.first() {
+    if let Some(first) = servers
+        .first()
+        .filter(|_| !args.iter().any(|a| a == "--healthy"))
+    {
         held(quick, first).await;
     }
     println!(
@@ -184,6 +196,7 @@ async fn main() {
 async fn one_size(
     nodes: &LocalNodes,
     dur: Duration,
+    healthy_only: bool,
 ) -> Vec<(usize, &'static str, Figures, Figures)> {
     let n = nodes.len();
     let urls = nodes.urls();
@@ -204,6 +217,9 @@ async fn one_size(
             a.ids_per_s / b.ids_per_s
         );
         summary.push((callers, "healthy", a, b));
+    }
+    if healthy_only {
+        return summary;
     }
     // Where the time goes at 16 callers: both again under the profile.
     let probes: Vec<Node> = (0..n)
@@ -247,6 +263,153 @@ async fn one_size(
     nodes.thaw(n - 1);
     failover(&client, &urls, n).await;
     summary
+}
+
+/// Where a single caller's cycle goes (`-- --phases`): N = 3 Redis nodes, one caller, the
+/// median latency of the acquisition and of the release on their own, over 1,000 cycles each,
+/// for four paths, in two passes: rslock; redquorum's `Lock`; the same two scripts sent through
+/// plain redis-rs connections (no redquorum client: the node's share); and plain `SET NX PX`
+/// with `DEL` (what a node's fsync costs a write). The raw paths wait as our client does: two
+/// grants of three, the first release reply.
+async fn phases() {
+    let nodes = LocalNodes::start(3);
+    let client = support::connect(Config::from_urls(nodes.urls()).unwrap())
+        .await
+        .unwrap();
+    let manager = rslock::LockManager::new(nodes.urls());
+    let mut conns = Vec::new();
+    let mut markers = Vec::new();
+    for url in nodes.urls() {
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        markers.push(marker.expect("the client set the cluster up"));
+        conns.push(c);
+    }
+    let acquire = redis::Script::new(concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/lock_acquire.lua")
+    ));
+    let release = redis::Script::new(concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/lock_release.lua")
+    ));
+    println!("one caller, N = 3 (Redis), medians of 1,000 cycles: acquire, release");
+    let show = |label: &str, a: Vec<Duration>, r: Vec<Duration>| {
+        println!("  {label:<44} {:.3} ms   {:.3} ms", median(a), median(r))
+    };
+    for pass in 0..2u64 {
+        let (mut a, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            let t0 = Instant::now();
+            let l = manager
+                .lock(
+                    format!("rslock:phases:{pass}").as_bytes(),
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            let t1 = Instant::now();
+            manager.unlock(&l).await;
+            a.push(t1 - t0);
+            r.push(t1.elapsed());
+        }
+        show("rslock 0.10 (waits for every node)", a, r);
+        let lock = Lock::new(&client, &format!("phases:{pass}"), Duration::from_secs(10)).unwrap();
+        let (mut a, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            let t0 = Instant::now();
+            let g = lock.try_acquire().await.unwrap();
+            let t1 = Instant::now();
+            g.release().await.unwrap();
+            a.push(t1 - t0);
+            r.push(t1.elapsed());
+        }
+        show("redquorum Lock", a, r);
+        let (mut a, mut r) = (Vec::new(), Vec::new());
+        let name = format!("phases-raw:{pass}");
+        let keys = [
+            format!("rq:lock:{name}"),
+            format!("rq:fence:{name}"),
+            "rq:marker".to_string(),
+            format!("rq:floor:{name}"),
+            "rq:floor".to_string(),
+        ];
+        for i in 1..=1000u64 {
+            let value = format!("{:032x}:{i}:phases", i);
+            let t0 = Instant::now();
+            let grants = conns.iter().zip(&markers).map(|(c, m)| {
+                let mut c = c.clone();
+                let mut call = acquire.prepare_invoke();
+                for k in &keys {
+                    call.key(k);
+                }
+                call.arg(&value).arg(10_000).arg(i).arg(m);
+                call.arg("absent").arg("").arg(0).arg("");
+                async move { call.invoke_async::<redis::Value>(&mut c).await }
+            });
+            first_of(grants, 2).await;
+            let t1 = Instant::now();
+            let releases = conns.iter().map(|c| {
+                let mut c = c.clone();
+                let mut call = release.prepare_invoke();
+                call.key(&keys[0]).key(&keys[1]).key(&keys[3]);
+                call.arg(&value).arg("rq:released:phases");
+                async move { call.invoke_async::<redis::Value>(&mut c).await }
+            });
+            first_of(releases, 1).await;
+            a.push(t1 - t0);
+            r.push(t1.elapsed());
+        }
+        show("the same scripts through redis-rs alone", a, r);
+        let (mut a, mut r) = (Vec::new(), Vec::new());
+        for i in 0..1000u64 {
+            let key = format!("phases-set:{pass}:{i}");
+            let t0 = Instant::now();
+            let sets = conns.iter().map(|c| {
+                let mut c = c.clone();
+                let cmd = redis::cmd("SET")
+                    .arg(&key)
+                    .arg("0123456789abcdef0123456789abcdef:1:phases")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .clone();
+                async move { cmd.query_async::<redis::Value>(&mut c).await }
+            });
+            first_of(sets, 2).await;
+            let t1 = Instant::now();
+            let dels = conns.iter().map(|c| {
+                let mut c = c.clone();
+                let cmd = redis::cmd("DEL").arg(&key).clone();
+                async move { cmd.query_async::<redis::Value>(&mut c).await }
+            });
+            first_of(dels, 1).await;
+            a.push(t1 - t0);
+            r.push(t1.elapsed());
+        }
+        show("SET NX PX, DEL (no script, no fencing)", a, r);
+    }
+}
+
+/// Wait for the first `k` of `calls` to answer (the others are dropped: they may still apply).
+async fn first_of<F: std::future::Future>(calls: impl Iterator<Item = F>, k: usize) {
+    let mut pending: futures::stream::FuturesUnordered<F> = calls.collect();
+    for _ in 0..k {
+        pending.next().await;
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e3
 }
 
 /// Fail-over: the holder dies (stops extending, never releases); how long until a waiting

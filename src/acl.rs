@@ -87,7 +87,6 @@ impl Feature {
             Feature::Indexing => LEADERS,
             // Indexing, plus plist.lua, units*.lua.
             Feature::Distribution => &[
-                "mget",
                 "hmget",
                 "hget",
                 "hset",
@@ -114,19 +113,10 @@ impl fmt::Display for Feature {
     }
 }
 
-const LOCKS: &[&str] = &[
-    "mget",
-    "hmget",
-    "hget",
-    "hset",
-    "del",
-    "publish",
-    "subscribe",
-];
+const LOCKS: &[&str] = &["hmget", "hget", "hset", "del", "publish", "subscribe"];
 
 /// Locks, plus what completion records (record.lua, prune.lua) and member beats need.
 const LEADERS: &[&str] = &[
-    "mget",
     "hmget",
     "hget",
     "hset",
@@ -238,7 +228,6 @@ fn probe_args(permission: &str) -> Vec<&'static str> {
         "hset" => vec!["hset", K, "f", "1"],
         "hgetall" => vec!["hgetall", K],
         "hmget" => vec!["hmget", K, "f"],
-        "mget" => vec!["mget", K],
         "hdel" => vec!["hdel", K, "f"],
         "hkeys" => vec!["hkeys", K],
         "hlen" => vec!["hlen", K],

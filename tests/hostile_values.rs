@@ -83,7 +83,7 @@ async fn a_wrong_typed_fence_is_an_error_on_its_node_never_absent() {
     let t1 = first.token().get();
     assert!(first.release().await.expect("released"));
     // Node 0's fence for the lock (gone after the release, folded into the floor) comes back
-    // as a hash: a stray HSET, a bad restore. Read as absent (MGET's nil for another type), node
+    // as a hash: a stray HSET, a bad restore. Read as absent (as MGET reads another type), node
     // 0 would grant from its floor alone and overwrite it; refused, the two healthy nodes carry on.
     let mut con = cluster.node(0).direct_connection().await;
     let _: () = redis::cmd("HSET")

@@ -66,7 +66,7 @@
 //! - Repair rule (`src/repair/plan.rs`): a lease key is restored only where the node has none,
 //!   with the copy its sources agree on, else a blocker (`restore.lua`); fences and floors are
 //!   raised, and every floor is read again after the scans.
-//! - ACL (`src/acl.rs`): `Feature::Locks` (`MGET`, `HMGET`, `HGET`, `HSET`, `DEL`, `PUBLISH`,
+//! - ACL (`src/acl.rs`): `Feature::Locks` (`HMGET`, `HGET`, `HSET`, `DEL`, `PUBLISH`,
 //!   `SUBSCRIBE`).
 //! - Model: `model/src/leases.rs` (`rq-model leases`), checked in `model/tests/leases.rs`;
 //!   `model/tests/conformance_leases.rs` compares it with the real scripts.

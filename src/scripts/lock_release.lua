@@ -15,14 +15,13 @@
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
   return 0
 end
--- One read of fence and floor, one DEL of lease and fence, before the floor's SET: a script's
--- first write decides whether a node over maxmemory refuses it, and DEL frees memory.
-local regs = redis.call('MGET', KEYS[2], KEYS[3])
-rq_absent({KEYS[2], KEYS[3]}, regs)
-local fence = rq_int(regs[1] or '0')
+-- Both registers are read (a wrong-typed one raises WRONGTYPE) before anything is written, and
+-- the DEL of lease and fence comes before the floor's SET: a script's first write decides
+-- whether a node over maxmemory refuses it, and DEL frees memory.
+local fence = rq_int(redis.call('GET', KEYS[2]) or '0')
 if fence then
+  local floor = rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
   redis.call('DEL', KEYS[1], KEYS[2])
-  local floor = rq_stored(regs[2], KEYS[3])
   if fence > floor then
     redis.call('SET', KEYS[3], tostring(fence))
   end

@@ -7,11 +7,12 @@
 -- rq_stored(v, what) a value read from the node: absent (false) is 0; a value that is not a
 --                    valid integer is a corrupted register, raised as an error (never read
 --                    as 0, which would let every stale write through).
+local rq_type, rq_tonumber, rq_find = type, tonumber, string.find
 local function rq_int(s)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.match(s, '^%d+$') then
+  if rq_type(s) ~= 'string' or #s > 16 or not rq_find(s, '^%d+$') then
     return nil
   end
-  local n = tonumber(s)
+  local n = rq_tonumber(s)
   if not n or n >= 9007199254740992 then
     return nil
   end
@@ -43,20 +44,4 @@ local function rq_claimed(key, n)
   end
   local c = redis.call('GET', key)
   return type(c) == 'string' and #n > 0 and (c == n or string.sub(c, 1, #n + 1) == n .. ':')
-end
--- rq_absent(keys, vals) after an MGET of `keys` returned `vals`: MGET reads a key of another
---                    type as absent (GET raised WRONGTYPE); when any of them came back absent,
---                    one EXISTS tells a truly absent register from a wrong-typed one, which is
---                    raised as a corrupted register (never read as 0).
-local function rq_absent(keys, vals)
-  local missing = {}
-  for i = 1, #keys do
-    if not vals[i] then
-      missing[#missing + 1] = keys[i]
-    end
-  end
-  if #missing > 0 and redis.call('EXISTS', unpack(missing)) > 0 then
-    error({err = 'ERR rq: corrupted register (a key of another type) among ' ..
-      table.concat(missing, ' ')})
-  end
 end
