@@ -904,3 +904,197 @@ async fn holder_says_a_crashed_holder_looks_abandoned_after_its_ttl_and_a_live_o
     assert!(!single.holder().await.unwrap().unwrap().looks_abandoned());
     assert!(live.is_held());
 }
+
+/// The release script as the previous commit ordered its writes: lease and fence deleted in one
+/// `DEL`, the floor raised after (with Lua's `tostring`). Redis undoes none of a script's writes
+/// when a later one fails, so a refused floor write left the fence deleted above its floor.
+const FENCE_FIRST_RELEASE: &str = r#"
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
+  return 0
+end
+local stored = redis.call('GET', KEYS[2])
+local fence = rq_int(stored or '0')
+if fence then
+  local floor = rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[2])
+  if fence > floor then
+    redis.call('SET', KEYS[3], tostring(fence))
+  end
+else
+  redis.call('DEL', KEYS[1])
+end
+redis.call('PUBLISH', ARGV[2], '1')
+return 1
+"#;
+
+/// One node, the real acquire script: grant `token`, then release with `release` (a script
+/// body run after the prelude) while an operator has revoked `SET` (`ACL SETUSER default -set`,
+/// put back after), then ask for the same token again. Returns the second acquisition's status
+/// (1 granted, -2 refused: the fence is at or above the token).
+async fn regrant_after_a_release_refused_midway(release: &str, token: u64) -> i64 {
+    let node = Cluster::start(1).await;
+    let mut con = node.node(0).direct_connection().await;
+    let prelude = include_str!("../src/scripts/prelude.lua");
+    let acquire = redis::Script::new(&format!(
+        "{prelude}{}",
+        include_str!("../src/scripts/lock_acquire.lua")
+    ));
+    let release = redis::Script::new(&format!("{prelude}{release}"));
+    let keys = [
+        "rq:lock:acl",
+        "rq:fence:acl",
+        "rq:marker",
+        "rq:floor:acl-bucket",
+        "rq:floor",
+    ];
+    let grant = |value: &str| {
+        let mut call = acquire.prepare_invoke();
+        for k in keys {
+            call.key(k);
+        }
+        // "*": the test-only skip of the marker check (one bare node, never set up).
+        call.arg(value).arg(10_000).arg(token).arg("*");
+        call.arg("absent").arg("").arg(0).arg("");
+        call
+    };
+    let first: Vec<redis::Value> = grant("first").invoke_async(&mut con).await.unwrap();
+    assert_eq!(first[0], redis::Value::Int(1), "the first grant: {first:?}");
+    let acl = |change: &'static str| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(change)
+            .clone()
+    };
+    let _: () = acl("-set").query_async(&mut con).await.unwrap();
+    let mut call = release.prepare_invoke();
+    call.key(keys[0])
+        .key(keys[1])
+        .key(keys[3])
+        .arg("first")
+        .arg("rq:released:acl");
+    let released: redis::RedisResult<redis::Value> = call.invoke_async(&mut con).await;
+    assert!(
+        released.is_err(),
+        "the floor's SET is refused mid-script: {released:?}"
+    );
+    let _: () = acl("+set").query_async(&mut con).await.unwrap();
+    let second: Vec<redis::Value> = grant("second").invoke_async(&mut con).await.unwrap();
+    match second[0] {
+        redis::Value::Int(status) => status,
+        ref other => panic!("a status: {other:?}"),
+    }
+}
+
+/// An operator revokes `SET` while a holder releases: the release's first write (the lease's
+/// `DEL`) applies, its floor write is refused, and Redis undoes nothing. The fence must still be
+/// there, so the same token is never granted twice; with the fence deleted first (the previous
+/// order), it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_midway_keeps_the_fence_and_no_token_is_granted_twice() {
+    init_tracing();
+    let release = include_str!("../src/scripts/lock_release.lua");
+    assert_eq!(
+        regrant_after_a_release_refused_midway(release, 7).await,
+        -2,
+        "after a release whose floor write was refused, token 7 must be refused (fence kept)"
+    );
+    assert_eq!(
+        regrant_after_a_release_refused_midway(FENCE_FIRST_RELEASE, 7).await,
+        1,
+        "with the fence deleted before the floor write, token 7 is granted twice (else this \
+         test has no teeth)"
+    );
+}
+
+/// The same fault through the library, on three nodes: a holder's release runs while `SET` is
+/// revoked on every node; after the operator puts it back, a fresh client's token is still
+/// above the first holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_released_while_set_was_revoked_still_gets_a_higher_token_next() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let first_client = client(cluster.urls()).await;
+    let first = Lock::new(&first_client, "acl-cut", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("a free lock");
+    let t1 = first.token().get();
+    let set_all = |change: &'static str| {
+        let cluster = &cluster;
+        async move {
+            for i in 0..3 {
+                let mut con = cluster.node(i).direct_connection().await;
+                let _: () = redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("default")
+                    .arg(change)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    set_all("-set").await;
+    let released = first.release().await;
+    println!("the release while SET was revoked: {released:?}");
+    set_all("+set").await;
+    let second_client = client(cluster.urls()).await;
+    let second = Lock::new(&second_client, "acl-cut", Duration::from_secs(5))
+        .unwrap()
+        .acquire(Duration::from_secs(10))
+        .await
+        .expect("the lock again");
+    assert!(
+        second.token().get() > t1,
+        "a token after a release refused midway must be above the first holder's: {} <= {t1}",
+        second.token().get()
+    );
+}
+
+/// A fence of 10^14 and more is folded into its floor digit for digit (Lua's `tostring` writes
+/// such a number in exponent form, which every later script reads as a corrupted register).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_above_ten_to_the_fourteen_is_folded_into_its_floor_digit_for_digit() {
+    init_tracing();
+    let node = Cluster::start(1).await;
+    let mut con = node.node(0).direct_connection().await;
+    let prelude = include_str!("../src/scripts/prelude.lua");
+    let release = redis::Script::new(&format!(
+        "{prelude}{}",
+        include_str!("../src/scripts/lock_release.lua")
+    ));
+    let fence = "123456789012345";
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("rq:lock:big")
+        .arg("v")
+        .arg("holder")
+        .arg("n")
+        .arg("1")
+        .arg("t")
+        .arg("10000")
+        .ignore()
+        .cmd("SET")
+        .arg("rq:fence:big")
+        .arg(fence)
+        .ignore()
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let mut call = release.prepare_invoke();
+    call.key("rq:lock:big")
+        .key("rq:fence:big")
+        .key("rq:floor:big-bucket")
+        .arg("holder")
+        .arg("rq:released:big");
+    let released: i64 = call.invoke_async(&mut con).await.unwrap();
+    assert_eq!(released, 1, "the holder's own copy is released");
+    let floor: String = redis::cmd("GET")
+        .arg("rq:floor:big-bucket")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(floor, fence, "the floor holds the fence's digits");
+}

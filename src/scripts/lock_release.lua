@@ -15,18 +15,27 @@
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
   return 0
 end
--- Both registers are read (a wrong-typed one raises WRONGTYPE) before anything is written, and
--- the DEL of lease and fence comes before the floor's SET: a script's first write decides
--- whether a node over maxmemory refuses it, and DEL frees memory.
-local fence = rq_int(redis.call('GET', KEYS[2]) or '0')
+-- Fence and floor are read (a wrong-typed one raises WRONGTYPE) before anything is written.
+local stored = redis.call('GET', KEYS[2])
+local fence = rq_int(stored or '0')
+local floor = 0
 if fence then
-  local floor = rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
-  redis.call('DEL', KEYS[1], KEYS[2])
+  floor = rq_stored(redis.call('GET', KEYS[3]), KEYS[3])
+end
+-- The writes, in this order, because Redis undoes none of a script's writes when a later one
+-- fails (an operator's ACL change refuses a command mid-script):
+--   1. the lease's DEL: a script's first write decides whether a node over maxmemory refuses
+--      it (DEL frees memory; after a first write, Redis lets the script's later writes through);
+--   2. the floor raised to the fence, with the fence's own digits (Lua's tostring would write
+--      1e14 and above in exponent form, a corrupted register);
+--   3. only then the fence's DEL.
+-- So a refused write leaves the fence in place, never a deleted fence above its floor.
+redis.call('DEL', KEYS[1])
+if fence then
   if fence > floor then
-    redis.call('SET', KEYS[3], tostring(fence))
+    redis.call('SET', KEYS[3], stored)
   end
-else
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[2])
 end
 redis.call('PUBLISH', ARGV[2], '1')
 return 1
