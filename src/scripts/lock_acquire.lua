@@ -69,11 +69,13 @@ end
 if fence >= token then
   return {-2, fence, value, version, cur_ttl}
 end
--- A lease key holds only v, n and t (here, in lock_extend.lua and restore.lua): HSET replaces
--- a swapped lease whole, with no DEL before it (one write less in the AOF).
+-- The fence first, then the lease: a lease copy's token is never above its node's fence, even
+-- when the lease's write is refused after the fence's (an operator's ACL change mid-script;
+-- Redis undoes no earlier write). A lease key holds only v, n and t (here, in lock_extend.lua
+-- and restore.lua): HSET replaces a swapped lease whole, with no DEL before it.
+redis.call('SET', KEYS[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2])
 if ARGV[8] == 'x' then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
-redis.call('SET', KEYS[2], ARGV[3])
 return {1, fence, value, version, cur_ttl}

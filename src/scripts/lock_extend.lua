@@ -77,10 +77,11 @@ for i = 0, leases - 1 do
     if fence > tonumber(token) then
       status = -2
     else
-      redis.call('HSET', lock, 'v', value, 'n', version, 't', ttl)
+      -- The fence first (see lock_acquire.lua), then the copy.
       if fence < tonumber(token) then
         redis.call('SET', fence_key, token)
       end
+      redis.call('HSET', lock, 'v', value, 'n', version, 't', ttl)
       status = 2
     end
   end

@@ -19,6 +19,10 @@
 if not rq_claimed(KEYS[3], ARGV[3]) then
   return 0
 end
+-- The claim is deleted first: a write refused after it (an operator's ACL change; Redis undoes
+-- no earlier write of a script) leaves the node unmarked and unclaimed, so the next repair
+-- claims and copies it again, instead of marked with a stale claim it must wait out.
+redis.call('DEL', KEYS[3])
 local stored = redis.call('GET', KEYS[2])
 local keep = false
 if type(stored) == 'string' then
@@ -35,5 +39,4 @@ if not keep then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[4], ARGV[3])
-redis.call('DEL', KEYS[3])
 return 1

@@ -48,10 +48,12 @@ if mode == 'lease' then
     redis.call('HSET', KEYS[2], 'v', 'repair-blocker:' .. raw .. ':' .. ARGV[7], 'n', '1', 't', ARGV[5])
     return 1
   end
-  redis.call('HSET', KEYS[2], 'v', ARGV[3], 'n', ARGV[4], 't', ARGV[5])
+  -- The fence first: a copy's token is never above its node's fence, even when the copy's
+  -- write is refused after it (Redis undoes no earlier write of a script).
   if fence < token then
     redis.call('SET', KEYS[3], ARGV[6])
   end
+  redis.call('HSET', KEYS[2], 'v', ARGV[3], 'n', ARGV[4], 't', ARGV[5])
   return 1
 end
 local floor = 0
