@@ -37,18 +37,23 @@ end
 for i = 3, #ARGV - 1, 2 do
   rq_arg(ARGV[i + 1], 'entry')
 end
-local gone = {}
+local gone, seen = {}, {}
 for i = 3, #ARGV - 1, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
+  if not seen[ARGV[i]] and redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    seen[ARGV[i]] = true
     gone[#gone + 1] = ARGV[i]
   end
 end
 if #gone > 0 then
+  -- The stamp is raised before any field is deleted, and `through` is written last: a write
+  -- refused midway (an operator's ACL change; Redis undoes no earlier write of a script)
+  -- leaves `through` below the stamp, so a reader reads the whole register (as in units.lua)
+  -- instead of a log that misses a deletion.
   local before = rq_stored(redis.call('GET', KEYS[5]), KEYS[5])
   local stamp = redis.call('INCR', KEYS[5])
   local s = string.format('%d', stamp)
   for _, f in ipairs(gone) do
+    redis.call('HDEL', KEYS[1], f)
     redis.call('ZADD', KEYS[4], s, f)
   end
   if rq_int(redis.call('HGET', KEYS[6], 'through')) == before then
