@@ -12,7 +12,9 @@
 //! for SECS and prints every failed cycle's error: a healthy cluster should fail none;
 //! `-- --healthy` only the healthy cells of N = 3 and 5, for a quick comparison; `-- --phases`
 //! where one caller's cycle goes: acquisition and release apart, ours, rslock's, our scripts
-//! without our client, and plain `SET NX PX`).
+//! without our client, and plain `SET NX PX`; `-- --batching` a probe of a design not built:
+//! our scripts batched per node at 16 callers, beside the same scripts one call each, our
+//! `Lock` and rslock).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -137,6 +139,10 @@ async fn main() {
     }
     if args.iter().any(|a| a == "--phases") {
         phases().await;
+        return;
+    }
+    if args.iter().any(|a| a == "--batching") {
+        batching(dur).await;
         return;
     }
     let servers = servers::servers();
@@ -397,6 +403,219 @@ async fn phases() {
         }
         show("SET NX PX, DEL (no script, no fencing)", a, r);
     }
+}
+
+/// A probe of a design not built (`-- --batching`): would batching concurrent callers'
+/// acquisitions and releases into one script call per node close the gap at 16 callers? N = 3
+/// Redis, 16 callers each on its own lock, our two scripts sent through plain redis-rs: one call
+/// per acquisition (as our client does) against a per-node batcher that sends everything queued
+/// while its previous call was in flight as one call (a loop over the same script bodies),
+/// beside rslock in the same run. No fencing decision is made on the replies here: this measures
+/// the nodes' and the wire's share only.
+async fn batching(dur: Duration) {
+    let nodes = LocalNodes::start(3);
+    let setup = support::connect(Config::from_urls(nodes.urls()).unwrap())
+        .await
+        .unwrap();
+    let mut conns = Vec::new();
+    let mut markers = Vec::new();
+    for url in nodes.urls() {
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        markers.push(marker.expect("set up"));
+        conns.push(c);
+    }
+    let prelude = include_str!("../src/scripts/prelude.lua");
+    let acquire_body = include_str!("../src/scripts/lock_acquire.lua");
+    let release_body = include_str!("../src/scripts/lock_release.lua");
+    let single = std::sync::Arc::new((
+        redis::Script::new(&format!("{prelude}{acquire_body}")),
+        redis::Script::new(&format!("{prelude}{release_body}")),
+    ));
+    // One call, many items: ARGV[1] the item count, ARGV[2..] each item's kind ("a" an
+    // acquisition, "r" a release), then the items' keys and arguments in order: (5 keys, 8
+    // args) for an acquisition, (3 keys, 2 args) for a release. (An item's error aborts the
+    // batch: a design built on this would run each item under pcall.)
+    let batch = std::sync::Arc::new(redis::Script::new(&format!(
+        "{prelude}
+local function acquire_one(KEYS, ARGV)
+{acquire_body}
+end
+local function release_one(KEYS, ARGV)
+{release_body}
+end
+local n = tonumber(ARGV[1])
+local ki, ai = 1, 2 + n
+local out = {{}}
+for i = 1, n do
+  if ARGV[1 + i] == 'a' then
+    out[i] = acquire_one({{KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]}},
+      {{ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6], ARGV[ai + 7]}})
+    ki, ai = ki + 5, ai + 8
+  else
+    out[i] = release_one({{KEYS[ki], KEYS[ki + 1], KEYS[ki + 2]}}, {{ARGV[ai], ARGV[ai + 1]}})
+    ki, ai = ki + 3, ai + 2
+  end
+end
+return out"
+    )));
+    type Item = (
+        bool,
+        Vec<String>,
+        Vec<String>,
+        tokio::sync::oneshot::Sender<()>,
+    );
+    let mut queues = Vec::new();
+    for c in &conns {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Item>();
+        let mut c = c.clone();
+        let batch = batch.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut items = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    items.push(more);
+                }
+                let mut call = batch.prepare_invoke();
+                call.arg(items.len());
+                for (is_acquire, _, _, _) in &items {
+                    call.arg(if *is_acquire { "a" } else { "r" });
+                }
+                for (_, keys, _, _) in &items {
+                    for k in keys {
+                        call.key(k);
+                    }
+                }
+                for (_, _, args, _) in &items {
+                    for a in args {
+                        call.arg(a);
+                    }
+                }
+                let _: redis::RedisResult<redis::Value> = call.invoke_async(&mut c).await;
+                for (_, _, _, done) in items {
+                    let _ = done.send(());
+                }
+            }
+        });
+        queues.push(tx);
+    }
+    let conns = std::sync::Arc::new(conns);
+    let markers = std::sync::Arc::new(markers);
+    let queues = std::sync::Arc::new(queues);
+    let token = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    println!("batching probe: N = 3 (Redis), 16 callers, {dur:?} each, two passes");
+    for batched in [false, true, false, true] {
+        let (conns, markers, queues, single, token) = (
+            conns.clone(),
+            markers.clone(),
+            queues.clone(),
+            single.clone(),
+            token.clone(),
+        );
+        let slots = Slots::new(16);
+        let f = measure(16, dur, move || {
+            let (conns, markers, queues, single, token, slots) = (
+                conns.clone(),
+                markers.clone(),
+                queues.clone(),
+                single.clone(),
+                token.clone(),
+                slots.clone(),
+            );
+            async move {
+                let i = slots.take();
+                let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = format!("batching:{i}");
+                let keys = vec![
+                    format!("rq:lock:{name}"),
+                    format!("rq:fence:{name}"),
+                    "rq:marker".to_string(),
+                    format!("rq:floor:{name}"),
+                    "rq:floor".to_string(),
+                ];
+                let value = format!("{t:032x}:{t}:batching");
+                let acquire_args = |m: &str| {
+                    vec![
+                        value.clone(),
+                        "10000".to_string(),
+                        t.to_string(),
+                        m.to_string(),
+                        "absent".to_string(),
+                        String::new(),
+                        "0".to_string(),
+                        String::new(),
+                    ]
+                };
+                let release_keys = vec![keys[0].clone(), keys[1].clone(), keys[3].clone()];
+                let release_args = vec![value.clone(), format!("rq:released:{name}")];
+                if batched {
+                    let grants = queues.iter().zip(markers.iter()).map(|(q, m)| {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let _ = q.send((true, keys.clone(), acquire_args(m), tx));
+                        rx
+                    });
+                    first_of(grants, 2).await;
+                    let releases = queues.iter().map(|q| {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let _ = q.send((false, release_keys.clone(), release_args.clone(), tx));
+                        rx
+                    });
+                    first_of(releases, 1).await;
+                } else {
+                    let grants = conns.iter().zip(markers.iter()).map(|(c, m)| {
+                        let mut c = c.clone();
+                        let mut call = single.0.prepare_invoke();
+                        for k in &keys {
+                            call.key(k);
+                        }
+                        for a in acquire_args(m) {
+                            call.arg(a);
+                        }
+                        async move { call.invoke_async::<redis::Value>(&mut c).await }
+                    });
+                    first_of(grants, 2).await;
+                    let releases = conns.iter().map(|c| {
+                        let mut c = c.clone();
+                        let mut call = single.1.prepare_invoke();
+                        for k in &release_keys {
+                            call.key(k);
+                        }
+                        for a in &release_args {
+                            call.arg(a);
+                        }
+                        async move { call.invoke_async::<redis::Value>(&mut c).await }
+                    });
+                    first_of(releases, 1).await;
+                }
+                slots.put(i);
+                Ok(1)
+            }
+        })
+        .await;
+        row(
+            if batched {
+                "our scripts, batched per node"
+            } else {
+                "our scripts, one call each"
+            },
+            f,
+        );
+    }
+    let manager = rslock::LockManager::new(nodes.urls());
+    let f = rs(&manager, 16, dur, "batching").await;
+    row("rslock 0.10", f);
+    let f = ours(&setup, 16, dur, "batching").await;
+    row("redquorum Lock", f);
+    let f = rs(&manager, 16, dur, "batching2").await;
+    row("rslock 0.10", f);
 }
 
 /// Wait for the first `k` of `calls` to answer (the others are dropped: they may still apply).
