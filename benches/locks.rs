@@ -283,22 +283,7 @@ async fn phases() {
         .await
         .unwrap();
     let manager = rslock::LockManager::new(nodes.urls());
-    let mut conns = Vec::new();
-    let mut markers = Vec::new();
-    for url in nodes.urls() {
-        let mut c = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let marker: Option<String> = redis::cmd("GET")
-            .arg("rq:marker")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        markers.push(marker.expect("the client set the cluster up"));
-        conns.push(c);
-    }
+    let (conns, markers) = raw_connections(&nodes).await;
     let acquire = redis::Script::new(concat!(
         include_str!("../src/scripts/prelude.lua"),
         include_str!("../src/scripts/lock_acquire.lua")
@@ -417,22 +402,7 @@ async fn batching(dur: Duration) {
     let setup = support::connect(Config::from_urls(nodes.urls()).unwrap())
         .await
         .unwrap();
-    let mut conns = Vec::new();
-    let mut markers = Vec::new();
-    for url in nodes.urls() {
-        let mut c = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let marker: Option<String> = redis::cmd("GET")
-            .arg("rq:marker")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        markers.push(marker.expect("set up"));
-        conns.push(c);
-    }
+    let (conns, markers) = raw_connections(&nodes).await;
     let prelude = include_str!("../src/scripts/prelude.lua");
     let acquire_body = include_str!("../src/scripts/lock_acquire.lua");
     let release_body = include_str!("../src/scripts/lock_release.lua");
@@ -616,6 +586,30 @@ return out"
     row("redquorum Lock", f);
     let f = rs(&manager, 16, dur, "batching2").await;
     row("rslock 0.10", f);
+}
+
+/// A plain redis-rs connection to each of `nodes` (no redquorum client) and each node's
+/// marker, for sending our scripts by hand (the cluster is set up already).
+async fn raw_connections(
+    nodes: &LocalNodes,
+) -> (Vec<redis::aio::MultiplexedConnection>, Vec<String>) {
+    let mut conns = Vec::new();
+    let mut markers = Vec::new();
+    for url in nodes.urls() {
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let marker: Option<String> = redis::cmd("GET")
+            .arg("rq:marker")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        markers.push(marker.expect("the cluster is set up"));
+        conns.push(c);
+    }
+    (conns, markers)
 }
 
 /// Wait for the first `k` of `calls` to answer (the others are dropped: they may still apply).
