@@ -12,9 +12,10 @@
 //! for SECS and prints every failed cycle's error: a healthy cluster should fail none;
 //! `-- --healthy` only the healthy cells of N = 3 and 5, for a quick comparison; `-- --phases`
 //! where one caller's cycle goes: acquisition and release apart, ours, rslock's, our scripts
-//! without our client, and plain `SET NX PX`; `-- --batching` a probe of a design not built:
-//! our scripts batched per node at 16 callers, beside the same scripts one call each, our
-//! `Lock` and rslock).
+//! without our client, and plain `SET NX PX`; `-- --batching` where 16 callers' cycles go: our
+//! scripts through plain redis-rs one call each, batched per node, and the leanest fenced
+//! scripts we could write, beside our `Lock` and rslock, each row with its client's and nodes'
+//! CPU per cycle).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -284,14 +285,14 @@ async fn phases() {
         .unwrap();
     let manager = rslock::LockManager::new(nodes.urls());
     let (conns, markers) = raw_connections(&nodes).await;
-    let acquire = redis::Script::new(concat!(
+    let acquire: &'static redis::Script = Box::leak(Box::new(redis::Script::new(concat!(
         include_str!("../src/scripts/prelude.lua"),
         include_str!("../src/scripts/lock_acquire.lua")
-    ));
-    let release = redis::Script::new(concat!(
+    ))));
+    let release: &'static redis::Script = Box::leak(Box::new(redis::Script::new(concat!(
         include_str!("../src/scripts/prelude.lua"),
         include_str!("../src/scripts/lock_release.lua")
-    ));
+    ))));
     println!("one caller, N = 3 (Redis), medians of 1,000 cycles: acquire, release");
     let show = |label: &str, a: Vec<Duration>, r: Vec<Duration>| {
         println!("  {label:<44} {:.3} ms   {:.3} ms", median(a), median(r))
@@ -346,7 +347,11 @@ async fn phases() {
                 call.arg("absent").arg("").arg(0).arg("");
                 async move { call.invoke_async::<redis::Value>(&mut c).await }
             });
-            first_of(grants, 2).await;
+            let replies = first_of(grants, 2).await;
+            assert!(
+                replies.iter().all(granted),
+                "the raw acquisition was granted on the first two nodes to answer: {replies:?}"
+            );
             let t1 = Instant::now();
             let releases = conns.iter().map(|c| {
                 let mut c = c.clone();
@@ -390,13 +395,16 @@ async fn phases() {
     }
 }
 
-/// A probe of a design not built (`-- --batching`): would batching concurrent callers'
-/// acquisitions and releases into one script call per node close the gap at 16 callers? N = 3
-/// Redis, 16 callers each on its own lock, our two scripts sent through plain redis-rs: one call
-/// per acquisition (as our client does) against a per-node batcher that sends everything queued
-/// while its previous call was in flight as one call (a loop over the same script bodies),
-/// beside rslock in the same run. No fencing decision is made on the replies here: this measures
-/// the nodes' and the wire's share only.
+/// Where 16 callers' cycles go (`-- --batching`), N = 3 Redis, 16 callers each on its own lock,
+/// each row with its client's and nodes' CPU per cycle: our two scripts sent through plain
+/// redis-rs, one call per acquisition (as our client does); the same scripts through a per-node
+/// batcher that sends everything queued while its previous call was in flight as one call (a
+/// loop over the same script bodies: a design not built); the leanest fenced scripts we could
+/// write (one write to acquire, one to release: a lower bound, not safe as it stands); beside
+/// our `Lock` and rslock in the same run. A raw cycle counts as failed unless the first two
+/// nodes to answer granted it, and its release is driven to its end on every node (an earlier
+/// version dropped the slower releases, which redis-rs then never sent: the leftover copies made
+/// most later acquisitions no-ops, and its figures were far too good).
 async fn batching(dur: Duration) {
     let nodes = LocalNodes::start(3);
     let setup = support::connect(Config::from_urls(nodes.urls()).unwrap())
@@ -406,10 +414,10 @@ async fn batching(dur: Duration) {
     let prelude = include_str!("../src/scripts/prelude.lua");
     let acquire_body = include_str!("../src/scripts/lock_acquire.lua");
     let release_body = include_str!("../src/scripts/lock_release.lua");
-    let single = std::sync::Arc::new((
+    let single: &'static (redis::Script, redis::Script) = Box::leak(Box::new((
         redis::Script::new(&format!("{prelude}{acquire_body}")),
         redis::Script::new(&format!("{prelude}{release_body}")),
-    ));
+    )));
     // One call, many items: ARGV[1] the item count, ARGV[2..] each item's kind ("a" an
     // acquisition, "r" a release), then the items' keys and arguments in order: (5 keys, 8
     // args) for an acquisition, (3 keys, 2 args) for a release. (An item's error aborts the
@@ -441,7 +449,7 @@ return out"
         bool,
         Vec<String>,
         Vec<String>,
-        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Sender<redis::Value>,
     );
     let mut queues = Vec::new();
     for c in &conns {
@@ -469,34 +477,64 @@ return out"
                         call.arg(a);
                     }
                 }
-                let _: redis::RedisResult<redis::Value> = call.invoke_async(&mut c).await;
-                for (_, _, _, done) in items {
-                    let _ = done.send(());
+                let replies = match call.invoke_async(&mut c).await {
+                    Ok(redis::Value::Array(replies)) => replies,
+                    other => vec![redis::Value::SimpleString(format!("{other:?}")); items.len()],
+                };
+                for ((_, _, _, done), reply) in items.into_iter().zip(replies) {
+                    let _ = done.send(reply);
                 }
             }
         });
         queues.push(tx);
     }
+    // The leanest fenced lease we could think of (not built, not safe as it stands: no
+    // version, no takeover, no fence collection), as a lower bound for any script design: the
+    // acquisition checks the marker, the lease and a floor, and writes one hash (the fence
+    // inside it); the release checks the value and clears it with one HDEL (the fence stays).
+    let lean: &'static (redis::Script, redis::Script) = Box::leak(Box::new((
+        redis::Script::new(
+            "if redis.call('GET', KEYS[2]) ~= ARGV[4] then return {-1, 0} end
+local cur = redis.call('HMGET', KEYS[1], 'v', 'f')
+local fence = math.max(tonumber(cur[2] or '0'), tonumber(redis.call('GET', KEYS[3]) or '0'))
+if cur[1] then return {0, fence} end
+if fence >= tonumber(ARGV[3]) then return {-2, fence} end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2], 'f', ARGV[3])
+return {1, fence}",
+        ),
+        redis::Script::new(
+            "if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'v')
+return 1",
+        ),
+    )));
     let conns = std::sync::Arc::new(conns);
     let markers = std::sync::Arc::new(markers);
     let queues = std::sync::Arc::new(queues);
     let token = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
     println!("batching probe: N = 3 (Redis), 16 callers, {dur:?} each, two passes");
-    for batched in [false, true, false, true] {
+    for (batched, leanest) in [(false, false), (true, false), (false, true)].repeat(2) {
         let (conns, markers, queues, single, token) = (
             conns.clone(),
             markers.clone(),
             queues.clone(),
-            single.clone(),
+            single,
             token.clone(),
         );
         let slots = Slots::new(16);
-        let f = measure(16, dur, move || {
+        let label = if batched {
+            "our scripts, batched per node"
+        } else if leanest {
+            "leanest fenced scripts (not built)"
+        } else {
+            "our scripts, one call each"
+        };
+        let run = measure(16, dur, move || {
             let (conns, markers, queues, single, token, slots) = (
                 conns.clone(),
                 markers.clone(),
                 queues.clone(),
-                single.clone(),
+                single,
                 token.clone(),
                 slots.clone(),
             );
@@ -526,19 +564,40 @@ return out"
                 };
                 let release_keys = vec![keys[0].clone(), keys[1].clone(), keys[3].clone()];
                 let release_args = vec![value.clone(), format!("rq:released:{name}")];
-                if batched {
+                let granted = if leanest {
+                    let lock = format!("rq:lean:{name}");
+                    let grants = conns.iter().zip(markers.iter()).map(|(c, m)| {
+                        let mut c = c.clone();
+                        let mut call = lean.0.prepare_invoke();
+                        call.key(&lock).key("rq:marker").key(format!("rq:leanfloor:{name}"));
+                        call.arg(&value).arg(10_000).arg(t).arg(m);
+                        async move { call.invoke_async::<redis::Value>(&mut c).await }
+                    });
+                    let replies = first_of(grants, 2).await;
+                    let ok = replies.iter().all(granted);
+                    let releases = conns.iter().map(|c| {
+                        let mut c = c.clone();
+                        let mut call = lean.1.prepare_invoke();
+                        call.key(&lock).arg(&value);
+                        async move { call.invoke_async::<redis::Value>(&mut c).await }
+                    });
+                    first_of(releases, 1).await;
+                    ok
+                } else if batched {
                     let grants = queues.iter().zip(markers.iter()).map(|(q, m)| {
                         let (tx, rx) = tokio::sync::oneshot::channel();
                         let _ = q.send((true, keys.clone(), acquire_args(m), tx));
                         rx
                     });
-                    first_of(grants, 2).await;
+                    let replies = first_of(grants, 2).await;
+                    let ok = replies.iter().all(|r| r.as_ref().is_ok_and(|v| granted(&Ok(v.clone()))));
                     let releases = queues.iter().map(|q| {
                         let (tx, rx) = tokio::sync::oneshot::channel();
                         let _ = q.send((false, release_keys.clone(), release_args.clone(), tx));
                         rx
                     });
                     first_of(releases, 1).await;
+                    ok
                 } else {
                     let grants = conns.iter().zip(markers.iter()).map(|(c, m)| {
                         let mut c = c.clone();
@@ -551,7 +610,8 @@ return out"
                         }
                         async move { call.invoke_async::<redis::Value>(&mut c).await }
                     });
-                    first_of(grants, 2).await;
+                    let replies = first_of(grants, 2).await;
+                    let ok = replies.iter().all(granted);
                     let releases = conns.iter().map(|c| {
                         let mut c = c.clone();
                         let mut call = single.1.prepare_invoke();
@@ -564,28 +624,59 @@ return out"
                         async move { call.invoke_async::<redis::Value>(&mut c).await }
                     });
                     first_of(releases, 1).await;
-                }
+                    ok
+                };
                 slots.put(i);
-                Ok(1)
+                if granted {
+                    Ok(1)
+                } else {
+                    Err("not granted on the first two nodes to answer".to_string())
+                }
             }
-        })
-        .await;
-        row(
-            if batched {
-                "our scripts, batched per node"
-            } else {
-                "our scripts, one call each"
-            },
-            f,
-        );
+        });
+        profiled_row(label, &nodes, SCRIPTS, run).await;
     }
     let manager = rslock::LockManager::new(nodes.urls());
-    let f = rs(&manager, 16, dur, "batching").await;
-    row("rslock 0.10", f);
-    let f = ours(&setup, 16, dur, "batching").await;
-    row("redquorum Lock", f);
-    let f = rs(&manager, 16, dur, "batching2").await;
-    row("rslock 0.10", f);
+    // rslock's calls: `SET NX PX`, and a release script.
+    let rslock_calls = &["set", "evalsha", "eval"];
+    let f = rs(&manager, 16, dur, "batching");
+    profiled_row("rslock 0.10", &nodes, rslock_calls, f).await;
+    let f = ours(&setup, 16, dur, "batching");
+    profiled_row("redquorum Lock", &nodes, SCRIPTS, f).await;
+    let f = rs(&manager, 16, dur, "batching2");
+    profiled_row("rslock 0.10", &nodes, rslock_calls, f).await;
+}
+
+/// Top-level script calls (a script's inner commands count under their own names).
+const SCRIPTS: &[&str] = &["evalsha", "eval"];
+
+/// A row of the probes, with where its CPU went: the client's and the nodes' microseconds per
+/// cycle (from /proc and `INFO cpu`).
+async fn profiled_row<F: std::future::Future<Output = Figures>>(
+    label: &str,
+    nodes: &LocalNodes,
+    commands: &[&str],
+    run: F,
+) {
+    let probes: Vec<Node> = (0..nodes.len())
+        .map(|i| Node {
+            url: nodes.url(i),
+            pid: nodes.pid(i),
+        })
+        .collect();
+    let p = Profile::start(&probes, commands).await;
+    let f = run.await;
+    let r = p.finish().await;
+    let cycles = f.ids_per_s * r.elapsed_s;
+    let node_cores: f64 = r.nodes.iter().map(|n| n.0).sum();
+    row(label, f);
+    println!(
+        "    per cycle: client {:.0} µs of CPU, nodes {:.0} µs; node 0: {:.2} calls, {:.1} µs each inside Redis",
+        r.client_cores * r.elapsed_s / cycles * 1e6,
+        node_cores * r.elapsed_s / cycles * 1e6,
+        r.calls_node0 as f64 / cycles,
+        r.nodes.first().map_or(0.0, |n| n.2),
+    );
 }
 
 /// A plain redis-rs connection to each of `nodes` (no redquorum client) and each node's
@@ -612,12 +703,31 @@ async fn raw_connections(
     (conns, markers)
 }
 
-/// Wait for the first `k` of `calls` to answer (the others are dropped: they may still apply).
-async fn first_of<F: std::future::Future>(calls: impl Iterator<Item = F>, k: usize) {
+/// The first `k` answers of `calls`; the others are driven to their end in a task of their own,
+/// as our client does (redis-rs never sends a request whose caller went away before its
+/// connection wrote it: dropped, a release would leave its copy on that node).
+async fn first_of<F>(calls: impl Iterator<Item = F>, k: usize) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
     let mut pending: futures::stream::FuturesUnordered<F> = calls.collect();
-    for _ in 0..k {
-        pending.next().await;
+    let mut first = Vec::new();
+    while first.len() < k {
+        match pending.next().await {
+            Some(answer) => first.push(answer),
+            None => break,
+        }
     }
+    if !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
+    }
+    first
+}
+
+/// Whether a reply of `lock_acquire.lua` is a grant (status 1).
+fn granted(reply: &redis::RedisResult<redis::Value>) -> bool {
+    matches!(reply, Ok(redis::Value::Array(v)) if v.first() == Some(&redis::Value::Int(1)))
 }
 
 fn median(mut v: Vec<Duration>) -> f64 {

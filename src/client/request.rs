@@ -67,8 +67,6 @@ pub(crate) struct Request {
     /// Only nodes that may vote (verified, marked, one per server) are asked. Off for
     /// repair and census, which see every URL and count servers themselves.
     pub(crate) voting_only: bool,
-    /// Told how many nodes applied as soon as the outcome is decided.
-    pub(crate) report: Option<tokio::sync::oneshot::Sender<usize>>,
 }
 
 impl Request {
@@ -80,7 +78,6 @@ impl Request {
             wait: Wait::Decided,
             deadline: None,
             voting_only: true,
-            report: None,
         }
     }
 
@@ -129,12 +126,12 @@ impl Request {
         }
     }
 
-    /// Wait for every node, but report the number that applied on `decided` as soon as the
-    /// outcome is decided (run the request in a task of its own to go on at the decision).
-    pub(crate) fn reporting(self, decided: tokio::sync::oneshot::Sender<usize>) -> Request {
+    /// Return at the decision, and finish the nodes still pending in the background (a
+    /// release: see [`Wait::Background`]).
+    pub(crate) fn finishing_in_background(self) -> Request {
         Request {
-            report: Some(decided),
-            ..self.wait_all()
+            wait: Wait::Background,
+            ..self
         }
     }
 }
@@ -571,14 +568,8 @@ mod tests {
                 Some(Duration::from_secs(1))
             )
         );
-        let (tx, _rx) = tokio::sync::oneshot::channel();
-        let r = Request::vote("z").reporting(tx);
-        assert_eq!(
-            r.wait,
-            Wait::All,
-            "a reporting request waits for every node"
-        );
-        assert!(r.report.is_some());
+        let r = Request::any_node("z", Targets::All).finishing_in_background();
+        assert_eq!(r.wait, Wait::Background);
     }
 
     #[test]

@@ -59,11 +59,6 @@ impl Client {
         items: usize,
         outcome_of: impl Fn(&T, usize) -> NodeOutcome<()> + Send + Sync + 'static,
     ) -> Tally<T> {
-        // The early report counts answering nodes, not decided items: not for batches.
-        debug_assert!(
-            request.report.is_none(),
-            "a batch reports no early decision"
-        );
         let majority = self.inner.majority;
         let decider: fanout::Decider<T> = Arc::new(move |results, pending| {
             crate::quorum::items_decision(majority, results, pending, items, &outcome_of)
@@ -83,7 +78,6 @@ impl Client {
             wait,
             deadline,
             voting_only,
-            report,
         } = request;
         let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
         // One cluster id for the whole fan-out, and one vote per server: the first node of
@@ -111,15 +105,14 @@ impl Client {
                 (node.id, call)
             })
             .collect();
-        // The backstop is slightly longer than the node's own deadline, so the node's own
-        // (which also discards the connection) fires first.
+        // No second timer: every call is bounded by its node's own deadline (`call_node`,
+        // which also discards the connection).
         let tally = fanout::fan_out(
             name,
             self.inner.majority,
-            node_timeout + Duration::from_millis(5),
+            None,
             wait,
             calls,
-            report,
             decider,
         )
         .await;

@@ -54,10 +54,9 @@ impl Client {
         let tally = fanout::fan_out(
             "check",
             self.inner.majority,
-            self.inner.config.node_timeout,
+            Some(self.inner.config.node_timeout),
             Wait::All,
             calls,
-            None,
             None,
         )
         .await;

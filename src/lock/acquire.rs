@@ -24,41 +24,30 @@ impl Lock {
     /// attempt is released on every node.
     ///
     /// # Cancel safety
-    /// Cancel-safe: the attempt runs in a task of its own, and a lease it wins after the caller
-    /// went away is released.
+    /// Cancel-safe: a round in flight when the call is dropped is released on every node in the
+    /// background, so a lease it may have won is never left behind.
     pub async fn try_acquire(&self) -> Result<LockGuard, Error> {
-        self.spawn_attempt(true).await
+        self.counted_attempt(true).await
     }
 
-    /// One acquisition attempt in a task of its own, without watching a held lease across
+    /// One acquisition attempt, without watching a held lease across
     /// rounds: a contender that watches the lease from readings of its own
     /// ([`observe_readings`](Self::observe_readings)) tries when [`ready_at`](Self::ready_at)
     /// says so. Errors and cancel safety as [`try_acquire`](Self::try_acquire).
     pub(crate) async fn attempt_once(&self) -> Result<LockGuard, Error> {
-        self.spawn_attempt(false).await
+        self.counted_attempt(false).await
     }
 
-    /// One attempt in a task of its own (see [`try_acquire`](Self::try_acquire)); `watching`:
-    /// watch a held lease until its holder shows it is alive or its window ends.
-    async fn spawn_attempt(&self, watching: bool) -> Result<LockGuard, Error> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let lock = self.clone();
-        tokio::spawn(async move {
-            let result = if watching {
-                lock.attempt_watching().await
-            } else {
-                lock.attempt().await
-            };
-            crate::metrics::lease_acquisition(&result);
-            if let Err(Ok(guard)) = tx.send(result) {
-                let _ = guard.release().await;
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "acquisition task dropped (runtime shutting down)".into(),
-            ))
-        })
+    /// One attempt, counted (see [`try_acquire`](Self::try_acquire)); `watching`: watch a held
+    /// lease until its holder shows it is alive or its window ends.
+    async fn counted_attempt(&self, watching: bool) -> Result<LockGuard, Error> {
+        let result = if watching {
+            self.attempt_watching().await
+        } else {
+            self.attempt().await
+        };
+        crate::metrics::lease_acquisition(&result);
+        result
     }
 
     /// Acquire, retrying after random delays (and as soon as the holder releases) until `wait`
@@ -81,7 +70,7 @@ impl Lock {
         loop {
             // A single try watches a held lease (see `try_acquire`); a waiting caller's
             // tries do not, its loop watches across them until its own deadline.
-            let err = match self.spawn_attempt(wait.is_zero()).await {
+            let err = match self.counted_attempt(wait.is_zero()).await {
                 Ok(g) => return Ok(g),
                 Err(
                     e @ (Error::LockHeld { .. }
@@ -203,6 +192,13 @@ impl Lock {
                 Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
             };
             let only_reads = asks.iter().all(|a| *a == Ask::Read);
+            // From here until the round is released or its grant is a guard, a drop of this
+            // attempt (the caller went away) releases the round in the background.
+            let mut undo = UndoRound {
+                lock: self,
+                value: (!only_reads).then(|| value.clone()),
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            };
             let tally = self.send_round(&value, token, asks).await;
             self.learn_from(&tally, token, Instant::now());
             let until = stamp.after(lease::validity(inner.ttl));
@@ -214,6 +210,7 @@ impl Lock {
             {
                 self.release_value(&value).await;
             }
+            undo.value = None;
             match verdict {
                 decide::AfterRound::Granted => {
                     tracing::debug!(lock = %inner.name, token, "lease granted");
@@ -368,8 +365,11 @@ impl Lock {
 
     /// Compare-and-delete on every node (also nodes that did not answer: they may have
     /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
-    /// nodes are still sent the release in the background (and their copy expires with the
+    /// nodes are still sent the release, in the background (and their copy expires with the
     /// TTL anyway), so one frozen node does not slow a release down.
+    ///
+    /// Cancel safety: a release dropped before its decision may not reach every node; its
+    /// callers (the round's undo, the guard's drop) send it again in the background.
     pub(super) async fn release_value(&self, value: &Arc<str>) -> usize {
         let inner = &self.inner;
         // No marker check: deleting one's own copy is safe on any node, verified or not.
@@ -380,13 +380,35 @@ impl Lock {
             .arg(&**value)
             .arg(&inner.channel)
             .decode(|_, v| decode::one_applied(v));
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let client = inner.client.clone();
         let request = Request::any_node("lock.release", Targets::All)
             .within(inner.node_deadline)
-            .reporting(tx);
-        tokio::spawn(async move { client.send(request, step).await });
-        rx.await.unwrap_or(0)
+            .finishing_in_background();
+        inner.client.send(request, step).await.applied()
+    }
+}
+
+/// Releases a round's value in the background when dropped armed: the attempt was dropped while
+/// its round may have been granted on some node.
+struct UndoRound<'a> {
+    lock: &'a Lock,
+    /// The round's value while it may be granted somewhere (never for a read-only round).
+    value: Option<Arc<str>>,
+    /// The runtime the round runs on, so the release is spawned there even when the attempt is
+    /// dropped on a thread outside it.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Drop for UndoRound<'_> {
+    fn drop(&mut self) {
+        let Some(value) = self.value.take() else {
+            return;
+        };
+        let lock = self.lock.clone();
+        if let Some(runtime) = &self.runtime {
+            runtime.spawn(async move {
+                lock.release_value(&value).await;
+            });
+        }
     }
 }
 
@@ -398,5 +420,11 @@ pub(super) fn random_hex128() -> String {
         // which is itself seeded from the OS.
         bytes = rand::random();
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(32);
+    for b in bytes {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    hex
 }

@@ -219,13 +219,16 @@ impl LockGuard {
     /// None today; the `Result` leaves room for reporting release failures.
     ///
     /// # Cancel safety
-    /// If cancelled, the lease is no longer extended and expires at its TTL.
+    /// If cancelled, the lease is no longer extended (nor held), and the release is sent again
+    /// in the background.
     pub async fn release(mut self) -> Result<bool, Error> {
-        self.released = true;
         let shared = self.shared.clone();
         shared.stop.cancel();
         shared.signal(LossReason::Released);
         let deleted = shared.lock.release_value(&shared.value).await;
+        // Only now: a release dropped before its decision leaves the guard's drop to send it
+        // again, in the background.
+        self.released = true;
         Ok(deleted >= shared.lock.inner.client.majority().needed())
     }
 

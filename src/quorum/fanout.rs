@@ -2,7 +2,8 @@
 //!
 //! Every request goes out concurrently, each under its own deadline. The fan-out returns as
 //! soon as the outcome is decided ([`Wait::Decided`]: a majority applied, or a majority has
-//! become impossible) or when every node has answered or timed out ([`Wait::All`]). A hung node
+//! become impossible; [`Wait::Background`] finishes the pending nodes in a task of their own)
+//! or when every node has answered or timed out ([`Wait::All`]). A hung node
 //! therefore costs at most the per-node deadline, and nothing when a majority answered first.
 
 use std::future::Future;
@@ -33,6 +34,12 @@ pub(crate) enum Wait {
     /// than this cap: a read that is better with every fresh reply (a group's beats) gets the
     /// nodes that answer about as fast as the majority did, and a hung node costs little.
     Linger(Duration),
+    /// Like [`Wait::Decided`] for the caller, but the nodes still pending at the decision are
+    /// awaited to their end in a task of their own (their answers are not counted): a cleanup
+    /// (a release) goes on at the decision without a hop to another task, and its slower nodes
+    /// still get it (the driver never sends a request whose caller went away before it was
+    /// written, so dropping them could leave a copy behind).
+    Background,
 }
 
 /// Decides a batched fan-out from the results so far and the number of nodes still pending
@@ -43,7 +50,8 @@ pub(crate) type Decider<T> =
 /// The shortest linger of [`Wait::Linger`] (loopback replies a few hundred microseconds apart).
 pub(crate) const MIN_LINGER: Duration = Duration::from_millis(2);
 
-/// Run `calls` (one per configured node) concurrently, each bounded by `node_timeout`, and
+/// Run `calls` (one per configured node) concurrently, each bounded by `node_timeout` (`None`:
+/// the calls bound themselves, as the client's node calls do, and no second timer is set), and
 /// count the outcomes against `majority`.
 ///
 /// Cancel safety: dropping the returned future drops every in-flight request; a request that
@@ -51,10 +59,9 @@ pub(crate) const MIN_LINGER: Duration = Duration::from_millis(2);
 pub(crate) async fn fan_out<T: Send + 'static>(
     op: &'static str,
     majority: Majority,
-    node_timeout: Duration,
+    node_timeout: Option<Duration>,
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
-    decided: Option<tokio::sync::oneshot::Sender<usize>>,
     decider: Option<Decider<T>>,
 ) -> Tally<T> {
     let span = tracing::debug_span!(
@@ -66,7 +73,7 @@ pub(crate) async fn fan_out<T: Send + 'static>(
         decision = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    run(majority, node_timeout, wait, calls, decided, decider)
+    run(majority, node_timeout, wait, calls, decider)
         .instrument(span.clone())
         .await
         .inspect_tally(&span)
@@ -74,10 +81,9 @@ pub(crate) async fn fan_out<T: Send + 'static>(
 
 async fn run<T: Send + 'static>(
     majority: Majority,
-    node_timeout: Duration,
+    node_timeout: Option<Duration>,
     wait: Wait,
     calls: Vec<(NodeId, NodeCall<T>)>,
-    mut decided: Option<tokio::sync::oneshot::Sender<usize>>,
     decider: Option<Decider<T>>,
 ) -> Tally<T> {
     let start = Instant::now();
@@ -85,9 +91,12 @@ async fn run<T: Send + 'static>(
     let mut in_flight: FuturesUnordered<_> = calls
         .into_iter()
         .map(|(id, call)| async move {
-            let outcome = match tokio::time::timeout(node_timeout, call).await {
-                Ok(outcome) => outcome,
-                Err(_) => NodeOutcome::Unknown(UnknownCause::Timeout),
+            let outcome = match node_timeout {
+                Some(limit) => match tokio::time::timeout(limit, call).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => NodeOutcome::Unknown(UnknownCause::Timeout),
+                },
+                None => call.await,
             };
             (id, outcome, start.elapsed())
         })
@@ -114,19 +123,12 @@ async fn run<T: Send + 'static>(
             Some(decide) => decide(&results, pending_ids.len()),
             None => majority.decide(applied, settled),
         };
-        if decision != Decision::Pending {
-            // Tell a waiting caller the outcome as soon as it is known; with `Wait::All` the
-            // remaining nodes are still awaited (in the caller's background task).
-            if let Some(tx) = decided.take() {
-                let _ = tx.send(applied);
+        if decision != Decision::Pending && stop_after_decision(wait, start, &mut linger_until) {
+            if wait == Wait::Background && !in_flight.is_empty() {
+                tokio::spawn(async move { while in_flight.next().await.is_some() {} });
             }
-            if stop_after_decision(wait, start, &mut linger_until) {
-                break;
-            }
+            break;
         }
-    }
-    if let Some(tx) = decided.take() {
-        let _ = tx.send(applied);
     }
     for node in pending_ids {
         results.push(NodeResult {
@@ -156,7 +158,7 @@ async fn next_answer<S: Stream + Unpin>(
 /// set when the pending nodes are abandoned (twice the decision's time, capped).
 fn stop_after_decision(wait: Wait, start: Instant, linger_until: &mut Option<Instant>) -> bool {
     match wait {
-        Wait::Decided => true,
+        Wait::Decided | Wait::Background => true,
         Wait::Linger(cap) if linger_until.is_none() => {
             let extra = (start.elapsed() * 2).clamp(MIN_LINGER, cap.max(MIN_LINGER));
             *linger_until = Some(Instant::now() + extra);
@@ -227,10 +229,9 @@ mod tests {
         let tally = fan_out(
             "test",
             Majority::of(5),
-            Duration::from_secs(10),
+            Some(Duration::from_secs(10)),
             Wait::Decided,
             calls(script),
-            None,
             None,
         )
         .await;
@@ -264,10 +265,9 @@ mod tests {
         let tally = fan_out(
             "test",
             Majority::of(5),
-            Duration::from_millis(50),
+            Some(Duration::from_millis(50)),
             Wait::Decided,
             calls(script),
-            None,
             None,
         )
         .await;
@@ -295,10 +295,9 @@ mod tests {
         let tally = fan_out(
             "test",
             Majority::of(5),
-            Duration::from_secs(10),
+            Some(Duration::from_secs(10)),
             Wait::Decided,
             calls(script),
-            None,
             None,
         )
         .await;
@@ -317,10 +316,9 @@ mod tests {
         let tally = fan_out(
             "test",
             Majority::of(3),
-            Duration::from_millis(100),
+            Some(Duration::from_millis(100)),
             Wait::All,
             calls(script),
-            None,
             None,
         )
         .await;
@@ -331,35 +329,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn wait_all_reports_the_decision_before_the_slow_nodes_answer() {
-        let script = vec![
-            (1, NodeOutcome::Applied(1)),
-            (2, NodeOutcome::Applied(2)),
-            (80, NodeOutcome::Applied(3)),
-        ];
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let start = tokio::time::Instant::now();
-        let all = tokio::spawn(fan_out(
+    async fn background_returns_at_the_decision_and_still_runs_the_slow_node_to_its_end() {
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let slow: NodeCall<u32> = {
+            let finished = finished.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                NodeOutcome::Applied(3)
+            })
+        };
+        let mut calls = calls(vec![(1, NodeOutcome::Applied(1)), (2, NodeOutcome::Applied(2))]);
+        calls.push((NodeId(2), slow));
+        let tally = fan_out(
             "test",
             Majority::of(3),
-            Duration::from_millis(100),
-            Wait::All,
-            calls(script),
-            Some(tx),
+            Some(Duration::from_millis(100)),
+            Wait::Background,
+            calls,
             None,
-        ));
+        )
+        .await;
         assert_eq!(
-            rx.await.expect("reported"),
-            2,
-            "two nodes applied when the majority was reached"
+            (tally.applied(), tally.elapsed()),
+            (2, Duration::from_millis(2)),
+            "the caller goes on at the decision"
         );
-        assert_eq!(
-            start.elapsed(),
-            Duration::from_millis(2),
-            "reported at the decision, not at the end"
+        assert!(!finished.load(std::sync::atomic::Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            finished.load(std::sync::atomic::Ordering::SeqCst),
+            "the slow node's request was still run to its end, in the background"
         );
-        let tally = all.await.expect("task");
-        assert_eq!(tally.applied(), 3, "the slow node was still awaited");
     }
 
     #[tokio::test(start_paused = true)]
@@ -374,10 +375,9 @@ mod tests {
         let tally = fan_out(
             "test",
             Majority::of(5),
-            Duration::from_secs(10),
+            Some(Duration::from_secs(10)),
             Wait::Linger(Duration::from_millis(100)),
             calls(script),
-            None,
             None,
         )
         .await;

@@ -9,7 +9,8 @@
 //!    [`UnknownCause`]) in a [`Tally`], and [`Majority::decide`] (for a batch, `items_decision`:
 //!    every item judged as if sent alone) says whether the outcome is decided: a majority
 //!    applied, or a majority has become impossible;
-//! 3. the fan-out returns once decided (`Wait::Decided`), once every node answered (`Wait::All`),
+//! 3. the fan-out returns once decided (`Wait::Decided`; `Wait::Background` also finishes the
+//!    pending nodes' requests in a task of their own), once every node answered (`Wait::All`),
 //!    or a short while after the decision (`Wait::Linger`); a node not awaited is
 //!    [`UnknownCause::Abandoned`].
 //!
