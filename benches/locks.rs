@@ -569,7 +569,9 @@ return 1",
                     let grants = conns.iter().zip(markers.iter()).map(|(c, m)| {
                         let mut c = c.clone();
                         let mut call = lean.0.prepare_invoke();
-                        call.key(&lock).key("rq:marker").key(format!("rq:leanfloor:{name}"));
+                        call.key(&lock)
+                            .key("rq:marker")
+                            .key(format!("rq:leanfloor:{name}"));
                         call.arg(&value).arg(10_000).arg(t).arg(m);
                         async move { call.invoke_async::<redis::Value>(&mut c).await }
                     });
@@ -590,7 +592,9 @@ return 1",
                         rx
                     });
                     let replies = first_of(grants, 2).await;
-                    let ok = replies.iter().all(|r| r.as_ref().is_ok_and(|v| granted(&Ok(v.clone()))));
+                    let ok = replies
+                        .iter()
+                        .all(|r| r.as_ref().is_ok_and(|v| granted(&Ok(v.clone()))));
                     let releases = queues.iter().map(|q| {
                         let (tx, rx) = tokio::sync::oneshot::channel();
                         let _ = q.send((false, release_keys.clone(), release_args.clone(), tx));

@@ -107,15 +107,7 @@ impl Client {
             .collect();
         // No second timer: every call is bounded by its node's own deadline (`call_node`,
         // which also discards the connection).
-        let tally = fanout::fan_out(
-            name,
-            self.inner.majority,
-            None,
-            wait,
-            calls,
-            decider,
-        )
-        .await;
+        let tally = fanout::fan_out(name, self.inner.majority, None, wait, calls, decider).await;
         #[cfg(feature = "test-util")]
         let tally = if self.inner.config.lost_replies_counted {
             tally.with_lost_replies_counted_for_tests()

@@ -339,7 +339,10 @@ mod tests {
                 NodeOutcome::Applied(3)
             })
         };
-        let mut calls = calls(vec![(1, NodeOutcome::Applied(1)), (2, NodeOutcome::Applied(2))]);
+        let mut calls = calls(vec![
+            (1, NodeOutcome::Applied(1)),
+            (2, NodeOutcome::Applied(2)),
+        ]);
         calls.push((NodeId(2), slow));
         let tally = fan_out(
             "test",
