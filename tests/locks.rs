@@ -665,6 +665,15 @@ async fn an_extension_waiting_at_release_does_not_bring_the_lock_back() {
     tokio::time::sleep(Duration::from_millis(1040)).await;
     assert!(g.release().await.unwrap(), "released on a majority");
     tokio::time::sleep(Duration::from_millis(300)).await;
+    {
+        let mut con = cluster.node(0).direct_connection().await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("rq:*")
+            .query_async(&mut con)
+            .await
+            .expect("KEYS");
+        eprintln!("DEBUG node 0 keys: {keys:?}");
+    }
     let mut copies = 0;
     for node in cluster.nodes() {
         let mut con = node.direct_connection().await;
@@ -1097,4 +1106,68 @@ async fn a_fence_above_ten_to_the_fourteen_is_folded_into_its_floor_digit_for_di
         .await
         .unwrap();
     assert_eq!(floor, fence, "the floor holds the fence's digits");
+}
+
+/// Callers give up on `try_acquire` midway (a timeout around it) after the nodes granted the
+/// round but before their replies arrive (every node answers 30 ms late each way; the caller
+/// waits 45 ms). Returns how many copies of the five locks are on the nodes 300 ms later.
+async fn copies_left_by_dropped_attempts(undo: bool) -> usize {
+    let cluster = Cluster::start(3).await;
+    let mut config = common::config_from_urls(cluster.urls()).expect("valid");
+    if !undo {
+        config = config.with_dropped_rounds_left_for_tests();
+    }
+    let client = common::connect(config).await.expect("connects");
+    for node in cluster.nodes() {
+        node.set_latency(Duration::from_millis(30));
+    }
+    // One whole cycle first, so the nodes hold the script: a first call's NOSCRIPT, SCRIPT
+    // LOAD and retry take three round trips, and a caller gone by the second never sends it.
+    let warm = Lock::new(&client, "warm-up", Duration::from_secs(10)).expect("valid");
+    let guard = warm.try_acquire().await.expect("a free lock is granted");
+    guard.release().await.expect("released");
+    for i in 0..5 {
+        let lock =
+            Lock::new(&client, &format!("dropped-{i}"), Duration::from_secs(10)).expect("valid");
+        let outcome = tokio::time::timeout(Duration::from_millis(45), lock.try_acquire()).await;
+        assert!(
+            outcome.is_err(),
+            "the attempt must still be waiting for its replies at 45 ms: {outcome:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut copies = 0;
+    for node in cluster.nodes() {
+        let mut con = node.direct_connection().await;
+        for i in 0..5 {
+            let n: usize = redis::cmd("EXISTS")
+                .arg(format!("rq:lock:dropped-{i}"))
+                .query_async(&mut con)
+                .await
+                .expect("EXISTS");
+            copies += n;
+        }
+    }
+    copies
+}
+
+#[tokio::test]
+async fn an_attempt_its_caller_dropped_after_the_grants_leaves_no_copy_behind() {
+    init_tracing();
+    let copies = copies_left_by_dropped_attempts(true).await;
+    assert_eq!(
+        copies, 0,
+        "every round granted and then dropped by its caller is released in the background"
+    );
+}
+
+#[tokio::test]
+async fn without_the_undo_a_dropped_attempt_leaves_its_copies_and_the_lock_looks_held() {
+    init_tracing();
+    let copies = copies_left_by_dropped_attempts(false).await;
+    assert!(
+        copies >= 10,
+        "the checker must see the copies dropped rounds leave (two or three nodes each of five \
+         locks), else it could not catch a missing undo: {copies}"
+    );
 }

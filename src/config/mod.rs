@@ -87,6 +87,8 @@ pub struct Config {
     pub(crate) takeover_wait: bool,
     /// A lost reply counts as applied (test switch).
     pub(crate) lost_replies_counted: bool,
+    /// A lock attempt dropped mid-round releases the round (off: test switch).
+    pub(crate) undo_dropped_rounds: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
     pub(crate) floor_recheck: bool,
     /// Repair restores the newest lease copy even where its sources disagree on the holder
@@ -163,6 +165,7 @@ impl Config {
             server_clock_leases: false,
             takeover_wait: true,
             lost_replies_counted: false,
+            undo_dropped_rounds: true,
             floor_recheck: true,
             newest_lease_restore: false,
             unvalidated_spares: false,
@@ -524,6 +527,9 @@ impl Config {
                 "lost replies count as applied (test-only switch): majorities may be imaginary"
                     .into(),
             );
+        }
+        if !self.undo_dropped_rounds {
+            out.push("a lock attempt dropped mid-round leaves its grants behind (test-only switch): a free lock looks held for its TTL".into());
         }
         if !self.takeover_wait {
             out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());

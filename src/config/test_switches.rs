@@ -58,6 +58,14 @@ impl Config {
         self
     }
 
+    /// TEST ONLY: a lock attempt dropped by its caller mid-round does not release that round,
+    /// so a test can show the copies it leaves behind (a free lock then looks held for its TTL
+    /// plus drift). Never use it in production.
+    pub fn with_dropped_rounds_left_for_tests(mut self) -> Self {
+        self.undo_dropped_rounds = false;
+        self
+    }
+
     /// TEST ONLY: let lease keys expire on the nodes' wall clocks again (Redis `PEXPIRE`), never
     /// re-create a missing copy on extension, and do not restore lease keys in repair: the
     /// classic Redlock behaviour, so a test can show the double holders that a node's clock

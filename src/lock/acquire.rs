@@ -196,7 +196,7 @@ impl Lock {
             // attempt (the caller went away) releases the round in the background.
             let mut undo = UndoRound {
                 lock: self,
-                value: (!only_reads).then(|| value.clone()),
+                value: (!only_reads && inner.undo_dropped_rounds).then(|| value.clone()),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             };
             let tally = self.send_round(&value, token, asks).await;

@@ -213,6 +213,8 @@ struct LockInner {
     watch: Mutex<Watch<KeyState>>,
     /// TEST ONLY: keys expire on the nodes' clocks (the unsafe Redlock behaviour).
     server_clock: bool,
+    /// A round its caller dropped is released in the background (off only in tests).
+    undo_dropped_rounds: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
 }
@@ -366,6 +368,7 @@ impl Lock {
                 known_fence: AtomicU64::new(0),
                 watch: Mutex::new(Watch::new(client.node_urls().len())),
                 server_clock: client.config().server_clock_leases,
+                undo_dropped_rounds: client.config().undo_dropped_rounds,
                 takeover_window: if client.config().takeover_wait {
                     crate::lease::watch_window
                 } else {
