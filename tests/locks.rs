@@ -1171,3 +1171,52 @@ async fn without_the_undo_a_dropped_attempt_leaves_its_copies_and_the_lock_looks
          locks), else it could not catch a missing undo: {copies}"
     );
 }
+
+/// A cron one-shot after dead holders (`job run` after a cut-off run): nodes 0 and 1 hold a dead
+/// holder's copy (TTL 1 s), node 2 an older dead holder's (TTL 2 s), and node 1 answers the
+/// first round too late to count, so its copy is first seen a round after the others. Nothing
+/// changes on any node: the one-shot must take the lock over once it has watched a majority
+/// for the TTL plus drift, not report it held. (The earlier rule read the later first sighting
+/// as a live holder and returned `LockHeld`: the CLI test's exit 3, now and then.)
+#[tokio::test]
+async fn a_one_shot_takes_over_dead_holders_whose_copies_it_first_sees_a_round_apart() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let client = client(cluster.urls()).await;
+    let lock = Lock::new(&client, "cron", Duration::from_secs(1)).expect("valid");
+    for (node, value, ttl) in [
+        (0, "dead-a2", 1000),
+        (1, "dead-a2", 1000),
+        (2, "dead-a1", 2000),
+    ] {
+        let mut con = cluster.node(node).direct_connection().await;
+        let _: () = redis::cmd("HSET")
+            .arg("rq:lock:cron")
+            .arg("v")
+            .arg(value)
+            .arg("n")
+            .arg(1)
+            .arg("t")
+            .arg(ttl)
+            .query_async(&mut con)
+            .await
+            .expect("HSET");
+    }
+    // Node 1's first reply comes after nodes 0 and 2 decided the round (the per-node deadline
+    // is a tenth of the TTL: 100 ms); from 40 ms on it answers as fast as the others.
+    cluster.node(1).set_latency(Duration::from_millis(30));
+    let started = Instant::now();
+    let attempt = tokio::spawn(async move { lock.try_acquire().await });
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    cluster.node(1).set_latency(Duration::ZERO);
+    let outcome = attempt.await.expect("the attempt's task");
+    let took = started.elapsed();
+    let guard = outcome.unwrap_or_else(|e| {
+        panic!("the dead holders' lease must be taken over, not reported held: {e} after {took:?}")
+    });
+    assert!(
+        took >= Duration::from_millis(1000),
+        "taken over only after a majority was watched unchanged for the TTL: {took:?}"
+    );
+    guard.release().await.expect("released");
+}

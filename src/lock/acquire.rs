@@ -8,8 +8,9 @@ const ROUNDS: u32 = 6;
 impl Lock {
     /// One acquisition attempt, for a caller that will not wait for a live holder (a cron
     /// job, a one-shot process). When the lease is held, the attempt watches it: a holder
-    /// that is alive shows it within its lease time (an extension or a release changes the
-    /// lease on the nodes), and the attempt then returns [`Error::LockHeld`] at once; a lease
+    /// that is alive shows it within its lease time (an extension changes the lease on a node
+    /// the attempt already saw it on, or another holder has taken it there), and the attempt
+    /// then returns [`Error::LockHeld`] at once (a release lets the attempt acquire); a lease
     /// that stays unchanged on a majority for its TTL plus drift, on this client's monotonic
     /// clock, was abandoned (its holder crashed), and the attempt takes it over by
     /// compare-and-swap, exactly as a waiting [`acquire`](Self::acquire) would. So it returns
@@ -140,9 +141,9 @@ impl Lock {
     }
 
     /// [`attempt`](Self::attempt), and while the lease is held but quiet, read rounds until
-    /// the holder shows it is alive (the instant at which a majority would be ready moves
-    /// later: a node's lease changed) or the window ends (the next attempt takes it over).
-    /// Bounded by twice the watch window plus an operation timeout.
+    /// the holder shows it is alive (a node already seen held, on the same incarnation, holds
+    /// another state: see [`decide::holder_alive`]) or the window ends (the next attempt takes
+    /// it over). Bounded by twice the watch window plus an operation timeout.
     async fn attempt_watching(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
         let needed = inner.client.majority().needed();
@@ -150,9 +151,10 @@ impl Lock {
             + lease::watch_window(inner.ttl) * 2
             + inner.client.config().operation_timeout();
         let poll = (inner.ttl / 8).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        let mut ready_at: Option<Instant> = None;
+        let mut held: Vec<Option<Seen<KeyState>>> = vec![None; inner.client.node_urls().len()];
+        let mut own: Vec<Arc<str>> = Vec::new();
         loop {
-            let result = self.attempt().await;
+            let result = self.attempt_recording(Some(&mut own)).await;
             if !matches!(result, Err(Error::LockHeld { .. })) {
                 return result;
             }
@@ -160,23 +162,44 @@ impl Lock {
             if now >= limit {
                 return result;
             }
-            let plan = lease::plan_with(&inner.watch(), needed, now, inner.takeover_window);
+            let (plan, seen) = {
+                let watch = inner.watch();
+                let plan = lease::plan_with(&watch, needed, now, inner.takeover_window);
+                let seen: Vec<Option<Seen<KeyState>>> = (0..watch.len())
+                    .map(|i| watch.get(i).map(|(s, _)| s.clone()))
+                    .collect();
+                (plan, seen)
+            };
             match plan {
                 Plan::WaitUntil(t) => {
-                    if ready_at.is_some_and(|first| t > first) {
-                        // A lease changed on some node: its holder is alive.
+                    if decide::holder_alive(&held, &seen, &own) {
                         return result;
                     }
-                    ready_at.get_or_insert(t);
+                    decide::remember_held(&mut held, &seen);
                     tokio::time::sleep_until(t.min(now + poll).min(limit)).await;
                 }
-                // Ready now: the next attempt swaps the quiet lease.
-                Plan::Attempt(_) => {}
+                // Ready now: the next attempt swaps the quiet lease, unless a node showed a live
+                // holder meanwhile (one the majority's swap would not need).
+                Plan::Attempt(_) => {
+                    if decide::holder_alive(&held, &seen, &own) {
+                        return result;
+                    }
+                    decide::remember_held(&mut held, &seen);
+                }
             }
         }
     }
 
+    /// One attempt: rounds until granted, held, contended or out of time.
     pub(super) async fn attempt(&self) -> Result<LockGuard, Error> {
+        self.attempt_recording(None).await
+    }
+
+    /// [`attempt`](Self::attempt), adding each round's value that may be granted to `own`.
+    async fn attempt_recording(
+        &self,
+        mut own: Option<&mut Vec<Arc<str>>>,
+    ) -> Result<LockGuard, Error> {
         let inner = &self.inner;
         let needed = inner.client.majority().needed();
         let started = Instant::now();
@@ -192,6 +215,9 @@ impl Lock {
                 Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
             };
             let only_reads = asks.iter().all(|a| *a == Ask::Read);
+            if let Some(own) = own.as_deref_mut().filter(|_| !only_reads) {
+                own.push(value.clone());
+            }
             // From here until the round is released or its grant is a guard, a drop of this
             // attempt (the caller went away) releases the round in the background.
             let mut undo = UndoRound {
@@ -365,8 +391,9 @@ impl Lock {
 
     /// Compare-and-delete on every node (also nodes that did not answer: they may have
     /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
-    /// nodes are still sent the release, in the background (and their copy expires with the
-    /// TTL anyway), so one frozen node does not slow a release down.
+    /// nodes are still sent the release, in the background (a copy left anyway is taken over
+    /// after its TTL plus drift, like a crashed holder's), so one frozen node does not slow a
+    /// release down.
     ///
     /// Cancel safety: a release dropped before its decision may not reach every node; its
     /// callers (the round's undo, the guard's drop) send it again in the background.

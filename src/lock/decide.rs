@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::clock::{Instant, Stamp};
+use crate::lease::{KeyState, Seen};
 use crate::quorum::{NodeOutcome, UnknownCause};
 
 /// What one acquisition round's tally says.
@@ -173,6 +176,49 @@ pub(super) fn lease_outcome(status: Option<&i64>) -> NodeOutcome<()> {
 /// validity ends, so this delay is a small part of the slack.
 pub(super) fn gather(ttl: Duration) -> Duration {
     (ttl / 30).min(Duration::from_millis(100))
+}
+
+/// Whether a watched lease's holder showed it is alive between two readings, node by node:
+/// a node seen held (`before[i]`), on the same incarnation, now holds another held state (an
+/// extension bumped the version, or another holder took it there), other than one of this
+/// caller's own proposals (`own`: a round of its own that landed late). A node seen held for
+/// the first time (never seen, forgotten after a grant of its own, absent before, or on a new
+/// incarnation) says nothing about liveness, and neither does a copy that went away (a
+/// release). (The earlier rule, "the instant a majority would be ready moved later", also
+/// fired when a dead holder's copies were first seen one round apart: a one-shot caller then
+/// refused a lock whose holder was dead.)
+pub(super) fn holder_alive(
+    before: &[Option<Seen<KeyState>>],
+    now: &[Option<Seen<KeyState>>],
+    own: &[Arc<str>],
+) -> bool {
+    before.iter().zip(now).any(|(b, n)| match (b, n) {
+        (Some(b), Some(n)) => {
+            let held_now = match &n.state {
+                KeyState::Held { value, .. } => !own.contains(value),
+                KeyState::Absent => false,
+            };
+            held_now
+                && matches!(b.state, KeyState::Held { .. })
+                && b.run_id == n.run_id
+                && b.state != n.state
+        }
+        _ => false,
+    })
+}
+
+/// The held states to compare the next reading with: each node's latest held state, kept
+/// while a node reads absent or is unseen (a copy that comes back with another state is a
+/// live holder's).
+pub(super) fn remember_held(held: &mut [Option<Seen<KeyState>>], now: &[Option<Seen<KeyState>>]) {
+    for (h, n) in held.iter_mut().zip(now) {
+        if let Some(seen) = n
+            .as_ref()
+            .filter(|s| matches!(s.state, KeyState::Held { .. }))
+        {
+            *h = Some(seen.clone());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -410,5 +456,127 @@ mod tests {
             Duration::from_millis(30)
         );
         assert_eq!(gather(Duration::ZERO), Duration::ZERO);
+    }
+
+    fn held(run_id: &str, value: &str, version: u64, ttl_ms: u64) -> Option<Seen<KeyState>> {
+        Some(Seen {
+            run_id: run_id.into(),
+            state: KeyState::Held {
+                value: value.into(),
+                version,
+                ttl: Duration::from_millis(ttl_ms),
+            },
+        })
+    }
+
+    fn absent(run_id: &str) -> Option<Seen<KeyState>> {
+        Some(Seen {
+            run_id: run_id.into(),
+            state: KeyState::Absent,
+        })
+    }
+
+    /// The CLI's `job run` after a cut-off run, as it failed now and then: the dead run's
+    /// copies (a2 on nodes 0 and 1, an older dead run's a1 on node 2) are seen one round
+    /// apart, because the first round's answers came from nodes 0 and 2. Nothing changed on
+    /// any node, yet the old rule (the instant a majority would be ready moved later) read it
+    /// as a live holder.
+    #[test]
+    fn a_dead_holders_copies_first_seen_one_round_apart_do_not_look_alive() {
+        let first = vec![held("r0", "a2", 1, 1000), None, held("r2", "a1", 1, 2000)];
+        let second = vec![
+            held("r0", "a2", 1, 1000),
+            held("r1", "a2", 1, 1000),
+            held("r2", "a1", 1, 2000),
+        ];
+        let mut seen = vec![None; 3];
+        assert!(!holder_alive(&seen, &first, &[]));
+        remember_held(&mut seen, &first);
+        assert!(
+            !holder_alive(&seen, &second, &[]),
+            "a node seen held for the first time says nothing about its holder"
+        );
+
+        // The old rule on the same readings: the instant two nodes would be ready moved later.
+        let window = |ttl: Duration| ttl;
+        let t1 = Instant::now();
+        let t2 = t1 + Duration::from_millis(125);
+        let mut watch = crate::lease::Watch::new(3);
+        for (i, s) in first.iter().enumerate() {
+            if let Some(s) = s {
+                watch.observe(i, s.clone(), t1);
+            }
+        }
+        let before = crate::lease::plan_with(&watch, 2, t1, window);
+        for (i, s) in second.iter().enumerate() {
+            if let Some(s) = s {
+                watch.observe(i, s.clone(), t2);
+            }
+        }
+        let after = crate::lease::plan_with(&watch, 2, t2, window);
+        match (before, after) {
+            (crate::lease::Plan::WaitUntil(a), crate::lease::Plan::WaitUntil(b)) => assert!(
+                b > a,
+                "the old rule's trigger fires on these readings (so it refused a dead lock)"
+            ),
+            other => panic!("both readings wait: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_live_holder_shows_itself_by_a_change_on_a_node_already_seen_held() {
+        let before = vec![held("r0", "v", 3, 1000), held("r1", "v", 3, 1000), None];
+        let cases = [
+            (
+                vec![held("r0", "v", 4, 1000), None, None],
+                true,
+                "an extension bumped the version",
+            ),
+            (
+                vec![held("r0", "w", 1, 1000), None, None],
+                true,
+                "another holder took the node",
+            ),
+            (
+                vec![held("r0", "v", 3, 1000), held("r1", "v", 3, 1000), None],
+                false,
+                "unchanged",
+            ),
+            (
+                vec![absent("r0"), None, None],
+                false,
+                "a release is not a sign of life",
+            ),
+            (
+                vec![held("r0b", "w", 1, 1000), None, None],
+                false,
+                "a new incarnation starts over",
+            ),
+            (
+                vec![None, None, held("r2", "w", 1, 1000)],
+                false,
+                "first seen",
+            ),
+            (
+                vec![held("r0", "mine", 1, 1000), None, None],
+                false,
+                "this caller's own round",
+            ),
+        ];
+        for (now, alive, why) in cases {
+            assert_eq!(
+                holder_alive(&before, &now, &["mine".into()]),
+                alive,
+                "{why}"
+            );
+        }
+        // A copy that went away and came back with another holder's state: that holder is alive.
+        let mut seen = before.clone();
+        remember_held(&mut seen, &[absent("r0"), None, None]);
+        assert!(holder_alive(
+            &seen,
+            &[held("r0", "w", 1, 1000), None, None],
+            &[]
+        ));
     }
 }

@@ -164,8 +164,8 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// - Progress without a majority; fairness between waiters.
 /// - A lease abandoned by a crashed holder is taken over only by a client that watches it for
 ///   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
-///   TTL plus one poll); [`Lock::try_acquire`] never waits, so on a fresh handle it cannot take
-///   over an abandoned lease (the same handle remembers what it saw across calls).
+///   TTL plus one poll); [`Lock::try_acquire`] watches a held lease itself until its holder
+///   shows it is alive or the TTL plus drift has passed, then takes an abandoned one over.
 ///   [`Lock::holder`] names such a holder until then; it says the holder looks abandoned
 ///   ([`Holder::looks_abandoned`]) once this handle has watched the lease unchanged for its
 ///   TTL plus drift ([`Lock::holder_watching`] watches).
