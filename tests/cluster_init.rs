@@ -409,3 +409,47 @@ async fn a_repair_by_a_client_that_predates_a_raise_keeps_the_raised_node_timeou
         .await
         .expect("the raised node timeout is still allowed after the repair");
 }
+
+/// An operator starts the nodes and runs `cluster init` at once (`docker compose up`, then
+/// init): a node that does not accept connections yet (its proxy accepts and closes them, as
+/// Docker's port forwarding does before the server listens) is waited for, within the
+/// operation timeout, and the cluster is set up on every node. (Init used to refuse at the
+/// first census: "needs every node to answer: 2 of 3 did".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_init_right_after_the_nodes_start_waits_for_one_not_accepting_connections_yet() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    cluster.node(2).refuse();
+    let (init, ()) = tokio::join!(Client::init_cluster(config(&cluster)), async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        cluster.node(2).heal();
+    });
+    let init = init.expect("init waits for the node that comes up within its operation timeout");
+    assert!(
+        init.created && init.marked == 3,
+        "every node marked: {init:?}"
+    );
+}
+
+/// A node that does not come up within the operation timeout: init refuses, naming the node and
+/// why, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_init_refuses_naming_a_node_that_never_answers_and_writes_nothing() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    cluster.node(2).refuse();
+    let e = Client::init_cluster(fast(config(&cluster)))
+        .await
+        .expect_err("init needs every node");
+    let text = e.to_string();
+    println!("refused: {text}");
+    assert!(
+        names_cluster_init(&e) && text.contains("node 2") && text.contains("nothing was written"),
+        "the refusal names the silent node and says nothing was written: {text}"
+    );
+    assert_eq!(
+        cluster.key_counts().await,
+        vec![0, 0, 0],
+        "nothing was written on any node"
+    );
+}

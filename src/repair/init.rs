@@ -12,6 +12,9 @@ use crate::error::Error;
 use crate::keys::{fixed_key, KeyKind};
 use crate::scripts::CLUSTER_INIT;
 
+/// How often `cluster init` reads the nodes again while one does not answer.
+const CENSUS_RETRY: Duration = Duration::from_millis(200);
+
 /// What [`Client::init_cluster`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -47,7 +50,8 @@ impl Client {
     /// client with a longer one is refused ([`ConfigError::ClusterMismatch`]).
     ///
     /// # Errors
-    /// [`ConfigError::ClusterSetUp`] when nothing can be set up: a node did not answer, a node
+    /// [`ConfigError::ClusterSetUp`] when nothing can be set up: a node did not answer within
+    /// the operation timeout (init reads the nodes again every 200 ms until then), a node
     /// holds data or another cluster's marker while fewer than a majority are marked (a
     /// majority lost its data: empty every node first to start over, losing what they hold),
     /// or the pin names another cluster; [`ConfigError::ClusterMismatch`] when the nodes form
@@ -66,8 +70,10 @@ impl Client {
     pub(super) async fn set_up(&self) -> Result<ClusterInit, Error> {
         let inner = &self.inner;
         let needed = inner.majority.needed();
-        let census = self.census().await;
-        let (d, created) = self.plan_set_up(&census)?;
+        let census = self.census_of_every_node().await;
+        let (d, created) = self
+            .plan_set_up(&census)
+            .map_err(|e| self.naming_silent(e, &census))?;
         let marked = if created {
             self.mark_blank(&d, &census).await?
         } else {
@@ -102,6 +108,52 @@ impl Client {
             raised,
             node_timeout,
         })
+    }
+
+    /// The census, read again every [`CENSUS_RETRY`] while some node does not answer (a node
+    /// just started may not accept connections yet: an operator's `docker compose up` then
+    /// `cluster init`), for at most the operation timeout. It only reads. It does not wait
+    /// when the answers so far already tell (a cluster set up already, or another cluster's).
+    async fn census_of_every_node(&self) -> Vec<Census> {
+        let give_up = tokio::time::Instant::now() + self.inner.config.operation_timeout;
+        loop {
+            let census = self.census().await;
+            let settled = census.len() >= self.inner.nodes.len()
+                || matches!(
+                    self.plan_set_up(&census),
+                    Ok((_, false)) | Err(Error::Config(ConfigError::ClusterMismatch(_)))
+                );
+            if settled || tokio::time::Instant::now() + CENSUS_RETRY >= give_up {
+                return census;
+            }
+            tokio::time::sleep(CENSUS_RETRY).await;
+        }
+    }
+
+    /// A refusal because some node did not answer the census, naming each silent node and why,
+    /// and saying that nothing was written.
+    fn naming_silent(&self, e: Error, census: &[Census]) -> Error {
+        let silent: Vec<String> = self
+            .inner
+            .nodes
+            .iter()
+            .filter(|n| !census.iter().any(|c| c.node == n.id.0))
+            .map(|n| {
+                let why = n.last_error().unwrap_or_else(|| "no answer".into());
+                format!("node {} ({}): {why}", n.id.0, n.url.redacted())
+            })
+            .collect();
+        match e {
+            Error::Config(ConfigError::ClusterSetUp(why)) if !silent.is_empty() => {
+                Error::Config(ConfigError::ClusterSetUp(format!(
+                    "{why} within {:?} ({}); nothing was written: run it again once every node \
+                     answers",
+                    self.inner.config.operation_timeout,
+                    silent.join("; ")
+                )))
+            }
+            other => other,
+        }
     }
 
     /// What `cluster init` does after `census`: the cluster (with this client's node timeout
