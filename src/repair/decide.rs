@@ -118,6 +118,9 @@ pub(crate) enum SetUp {
     Exists(Descriptor),
     /// Nothing can be set up; the reason says why and what to do.
     Refuse(String),
+    /// Not every node answered (and those that did do not form a cluster set up already):
+    /// nothing can be decided until they do.
+    Incomplete { answered: usize, nodes: usize },
 }
 
 /// Whether `cluster init` sets up a cluster for the node list `our_names` (`nodes` of them,
@@ -157,10 +160,10 @@ pub(crate) fn set_up(
         return SetUp::Exists(descriptor);
     }
     if census.len() < nodes {
-        return SetUp::Refuse(format!(
-            "cluster init needs every node to answer: {} of {nodes} did",
-            census.len()
-        ));
+        return SetUp::Incomplete {
+            answered: census.len(),
+            nodes,
+        };
     }
     if let Some(c) = census.iter().find(|c| c.marker.is_some() && !ours(c)) {
         return SetUp::Refuse(format!(
@@ -398,7 +401,13 @@ mod tests {
             SetUp::Refuse(why) if why.contains("pinned")
         ));
         assert!(
-            matches!(init(&unknown, &blank[..2], None), SetUp::Refuse(why) if why.contains("every node")),
+            matches!(
+                init(&unknown, &blank[..2], None),
+                SetUp::Incomplete {
+                    answered: 2,
+                    nodes: 3
+                }
+            ),
             "every node must answer"
         );
         let mut with_state = blank.clone();

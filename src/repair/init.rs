@@ -71,9 +71,7 @@ impl Client {
         let inner = &self.inner;
         let needed = inner.majority.needed();
         let census = self.census_of_every_node().await;
-        let (d, created) = self
-            .plan_set_up(&census)
-            .map_err(|e| self.naming_silent(e, &census))?;
+        let (d, created) = self.plan_set_up(&census)?;
         let marked = if created {
             self.mark_blank(&d, &census).await?
         } else {
@@ -110,73 +108,75 @@ impl Client {
         })
     }
 
-    /// The census, read again every [`CENSUS_RETRY`] while some node does not answer (a node
-    /// just started may not accept connections yet: an operator's `docker compose up` then
-    /// `cluster init`), for at most the operation timeout. It only reads. It does not wait
-    /// when the answers so far already tell (a cluster set up already, or another cluster's).
+    /// The census, read again every [`CENSUS_RETRY`] while some node does not answer and the
+    /// answers so far do not decide (a node just started may not accept connections yet: an
+    /// operator's `docker compose up` then `cluster init`), until the operation timeout. It
+    /// only reads; each census gets only the time left.
     async fn census_of_every_node(&self) -> Vec<Census> {
         let give_up = tokio::time::Instant::now() + self.inner.config.operation_timeout;
         loop {
-            let census = self.census().await;
-            let settled = census.len() >= self.inner.nodes.len()
-                || matches!(
-                    self.plan_set_up(&census),
-                    Ok((_, false)) | Err(Error::Config(ConfigError::ClusterMismatch(_)))
-                );
-            if settled || tokio::time::Instant::now() + CENSUS_RETRY >= give_up {
+            let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+            let census = self
+                .census_within(left.max(self.inner.config.node_timeout))
+                .await;
+            let waiting = matches!(self.set_up_plan(&census), Ok(SetUp::Incomplete { .. }));
+            if !waiting || tokio::time::Instant::now() + CENSUS_RETRY >= give_up {
                 return census;
             }
             tokio::time::sleep(CENSUS_RETRY).await;
         }
     }
 
-    /// A refusal because some node did not answer the census, naming each silent node and why,
-    /// and saying that nothing was written.
-    fn naming_silent(&self, e: Error, census: &[Census]) -> Error {
+    /// The refusal when some node did not answer the census: each silent node and why, and
+    /// that no node was marked.
+    fn silent_nodes(&self, census: &[Census], answered: usize, nodes: usize) -> Error {
         let silent: Vec<String> = self
             .inner
             .nodes
             .iter()
             .filter(|n| !census.iter().any(|c| c.node == n.id.0))
             .map(|n| {
-                let why = n.last_error().unwrap_or_else(|| "no answer".into());
+                let why = n.last_error().unwrap_or_else(|| "no answer in time".into());
                 format!("node {} ({}): {why}", n.id.0, n.url.redacted())
             })
             .collect();
-        match e {
-            Error::Config(ConfigError::ClusterSetUp(why)) if !silent.is_empty() => {
-                Error::Config(ConfigError::ClusterSetUp(format!(
-                    "{why} within {:?} ({}); nothing was written: run it again once every node \
-                     answers",
-                    self.inner.config.operation_timeout,
-                    silent.join("; ")
-                )))
-            }
-            other => other,
-        }
+        Error::Config(ConfigError::ClusterSetUp(format!(
+            "cluster init needs every node to answer: {answered} of {nodes} did within {:?} ({}); \
+             no node was marked: run it again once every node answers",
+            self.inner.config.operation_timeout,
+            silent.join("; ")
+        )))
     }
 
-    /// What `cluster init` does after `census`: the cluster (with this client's node timeout
-    /// at least) and whether its nodes are to be marked, or why nothing can be set up.
-    fn plan_set_up(&self, census: &[Census]) -> Result<(Descriptor, bool), Error> {
+    /// What `cluster init` decides from `census` (see [`decide::set_up`]), or a refusal of
+    /// another cluster's node list.
+    fn set_up_plan(&self, census: &[Census]) -> Result<SetUp, Error> {
         let inner = &self.inner;
         let adoption = self.judge_adoption_with(false);
         if let cluster::Adoption::Refused(why) = &adoption {
             return Err(Error::Config(ConfigError::ClusterMismatch(why.clone())));
         }
-        let plan = decide::set_up(
+        Ok(decide::set_up(
             &adoption,
             census,
             inner.majority.needed(),
             inner.nodes.len(),
             &inner.config.node_names(),
             inner.config.cluster_pin.as_deref(),
-        );
-        let ours = inner.config.node_timeout;
-        match plan {
+        ))
+    }
+
+    /// What `cluster init` does after `census`: the cluster (with this client's node timeout
+    /// at least) and whether its nodes are to be marked, or why nothing can be set up.
+    fn plan_set_up(&self, census: &[Census]) -> Result<(Descriptor, bool), Error> {
+        let ours = self.inner.config.node_timeout;
+        match self.set_up_plan(census)? {
             SetUp::Refuse(why) => Err(Error::Config(ConfigError::ClusterSetUp(format!(
                 "cluster init: {why}"
             )))),
+            SetUp::Incomplete { answered, nodes } => {
+                Err(self.silent_nodes(census, answered, nodes))
+            }
             SetUp::Mark(d) => Ok((d.with_node_timeout_at_least(ours), true)),
             SetUp::Exists(d) => Ok((d.with_node_timeout_at_least(ours), false)),
         }

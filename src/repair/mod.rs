@@ -364,6 +364,12 @@ impl Client {
 
     /// Every node's marker and run_id, and whether it holds any state.
     pub(crate) async fn census(&self) -> Vec<Census> {
+        self.census_within(self.inner.config.operation_timeout)
+            .await
+    }
+
+    /// [`census`](Self::census), each node given at most `limit`.
+    pub(crate) async fn census_within(&self, limit: Duration) -> Vec<Census> {
         // Several round trips (a SCAN to its end) on nodes that are quarantined precisely
         // because their marker is missing: a session, reporting the marker it read.
         let census = Step::session(|mut nc: NodeConn| async move {
@@ -388,8 +394,7 @@ impl Client {
                 has_state,
             }))
         });
-        let request = Request::any_node("repair.census", Targets::All)
-            .within(self.inner.config.operation_timeout);
+        let request = Request::any_node("repair.census", Targets::All).within(limit);
         let tally = self.send(request, census).await;
         tally.replies().map(|(_, c)| c.clone()).collect()
     }
