@@ -201,19 +201,12 @@ impl Lock {
         mut own: Option<&mut Vec<Arc<str>>>,
     ) -> Result<LockGuard, Error> {
         let inner = &self.inner;
-        let needed = inner.client.majority().needed();
         let started = Instant::now();
         for round in 0..ROUNDS {
             let (token, value) = self.proposal(round)?;
             let stamp = Stamp::now();
             let start = stamp.mono;
-            let asks = match lease::plan_with(&inner.watch(), needed, start, inner.takeover_window)
-            {
-                Plan::Attempt(asks) => asks,
-                // Not yet: refresh what the nodes hold (a holder that extends or releases
-                // shows it), and decide again.
-                Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
-            };
+            let asks = self.round_asks(start);
             let only_reads = asks.iter().all(|a| *a == Ask::Read);
             if let Some(own) = own.as_deref_mut().filter(|_| !only_reads) {
                 own.push(value.clone());
@@ -255,13 +248,7 @@ impl Lock {
                         name: inner.name.as_str().to_string(),
                     })
                 }
-                decide::AfterRound::NoQuorum => {
-                    let urls = inner.client.node_urls();
-                    let e = NoQuorum::from_tally("lock.acquire", &tally, urls, |g| {
-                        format!("{:?}", g.status)
-                    });
-                    return Err(e.into());
-                }
+                decide::AfterRound::NoQuorum => return Err(self.no_quorum(&tally)),
             }
         }
         // Every round was a retry (our token guess kept falling behind other grants in this
@@ -271,6 +258,23 @@ impl Lock {
             attempts: ROUNDS,
             elapsed: started.elapsed(),
         })
+    }
+
+    /// What each node is asked in a round starting `now`: the plan's asks, or (not ready yet)
+    /// reads that refresh what the nodes hold (a holder that extends or releases shows it).
+    fn round_asks(&self, now: Instant) -> Vec<Ask> {
+        let inner = &self.inner;
+        let needed = inner.client.majority().needed();
+        match lease::plan_with(&inner.watch(), needed, now, inner.takeover_window) {
+            Plan::Attempt(asks) => asks,
+            Plan::WaitUntil(_) => vec![Ask::Read; inner.client.node_urls().len()],
+        }
+    }
+
+    /// The error of a round that too few nodes answered, naming each node's answer.
+    fn no_quorum(&self, tally: &Tally<Grant>) -> Error {
+        let urls = self.inner.client.node_urls();
+        NoQuorum::from_tally("lock.acquire", tally, urls, |g| format!("{:?}", g.status)).into()
     }
 
     /// Round `round`'s token (above the highest fence this handle knows, see
