@@ -508,12 +508,38 @@ redis.call('HDEL', KEYS[1], 'v')
 return 1",
         ),
     )));
+    // Our release without its fold of the fence into the floor (the fence key stays, to be
+    // folded later), and the same publishing only when the channel has subscribers.
+    let no_fold: &'static [redis::Script; 2] = Box::leak(Box::new([
+        redis::Script::new(
+            "if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '1')
+return 1",
+        ),
+        redis::Script::new(
+            "if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
+return 1",
+        ),
+    ]));
     let conns = std::sync::Arc::new(conns);
     let markers = std::sync::Arc::new(markers);
     let queues = std::sync::Arc::new(queues);
     let token = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
     println!("batching probe: N = 3 (Redis), 16 callers, {dur:?} each, two passes");
-    for (batched, leanest) in [(false, false), (true, false), (false, true)].repeat(2) {
+    for (batched, leanest, release) in [
+        (false, false, 0),
+        (true, false, 0),
+        (false, true, 0),
+        (false, false, 1),
+        (false, false, 2),
+    ]
+    .repeat(2)
+    {
         let (conns, markers, queues, single, token) = (
             conns.clone(),
             markers.clone(),
@@ -526,6 +552,10 @@ return 1",
             "our scripts, batched per node"
         } else if leanest {
             "leanest fenced scripts (not built)"
+        } else if release == 1 {
+            "our acquire, release without the fold"
+        } else if release == 2 {
+            "our acquire, release without the fold, PUBLISH only to subscribers"
         } else {
             "our scripts, one call each"
         };
@@ -618,7 +648,10 @@ return 1",
                     let ok = replies.iter().all(granted);
                     let releases = conns.iter().map(|c| {
                         let mut c = c.clone();
-                        let mut call = single.1.prepare_invoke();
+                        let mut call = match release {
+                            0 => single.1.prepare_invoke(),
+                            r => no_fold[r - 1].prepare_invoke(),
+                        };
                         for k in &release_keys {
                             call.key(k);
                         }

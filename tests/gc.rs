@@ -161,3 +161,84 @@ async fn fences_of_released_locks_are_collected_and_tokens_still_increase() {
     );
     again.release().await.expect("released");
 }
+
+/// Whether each node holds `key`, and the highest fence floor bucket on each node.
+async fn fence_and_floors(cluster: &Cluster, key: &str) -> Vec<(bool, u64)> {
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let mut con = cluster.node(i).direct_connection().await;
+        let fence: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .expect("EXISTS");
+        let (_, floors): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(0)
+            .arg("MATCH")
+            .arg("rq:floor:*")
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut con)
+            .await
+            .expect("SCAN");
+        let mut highest = 0;
+        for f in floors {
+            let v: Option<u64> = redis::cmd("GET")
+                .arg(&f)
+                .query_async(&mut con)
+                .await
+                .expect("GET");
+            highest = highest.max(v.unwrap_or(0));
+        }
+        out.push((fence, highest));
+    }
+    out
+}
+
+/// A lock acquired again and again keeps its fence key between cycles (the next grant rewrites
+/// it anyway: two writes fewer per cycle), and once its handle has released nothing for a
+/// second every node folds the fence into its floor. Tokens rise throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_cycled_again_and_again_keeps_its_fence_between_cycles_and_folds_it_once_idle() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster.urls()).await;
+    let lock = redquorum::Lock::new(&c, "hot", Duration::from_secs(5)).expect("valid");
+    let mut last = 0;
+    for cycle in 0..10 {
+        let guard = lock.try_acquire().await.expect("free");
+        assert!(
+            guard.token().get() > last,
+            "cycle {cycle}: token {} must follow {last}",
+            guard.token()
+        );
+        last = guard.token().get();
+        guard.release().await.expect("released");
+    }
+    let between = fence_and_floors(&cluster, "rq:fence:hot").await;
+    assert!(
+        between.iter().filter(|(fence, _)| *fence).count() >= 2,
+        "right after quick cycles the last release kept the fence key (fence key, floor per node): {between:?}"
+    );
+    eventually(
+        Duration::from_secs(4),
+        "once the handle is idle, every node folds the fence into its floor",
+        || {
+            let cluster = &cluster;
+            async move {
+                fence_and_floors(cluster, "rq:fence:hot")
+                    .await
+                    .iter()
+                    .all(|(fence, floor)| !fence && *floor >= last)
+            }
+        },
+    )
+    .await;
+    let again = lock.try_acquire().await.expect("free");
+    assert!(
+        again.token().get() > last,
+        "after the fold, token {} must follow {last}",
+        again.token()
+    );
+    again.release().await.expect("released");
+}

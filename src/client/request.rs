@@ -219,8 +219,9 @@ pub(crate) type Session<T> = Arc<
 pub(crate) enum Body {
     Script {
         script: &'static redis::Script,
-        keys: Vec<String>,
-        args: Vec<Arg>,
+        /// Shared by every node's copy of the step (a fan-out clones it per node).
+        keys: Arc<[String]>,
+        args: Arc<[Arg]>,
         guard: Guard,
         /// A marker (the node's, or one the caller watched) is among the arguments.
         marker_placed: bool,
@@ -323,8 +324,8 @@ impl ScriptCall {
         Step::Wire {
             body: Body::Script {
                 script: self.script,
-                keys: self.keys,
-                args: self.args,
+                keys: self.keys.into(),
+                args: self.args.into(),
                 guard: self.guard,
                 marker_placed: self.marker_placed,
             },
@@ -333,6 +334,7 @@ impl ScriptCall {
     }
 
     /// The arguments as sent to a node holding `marker`.
+    #[cfg(test)]
     pub(crate) fn resolved_args(args: &[Arg], marker: &str) -> Vec<Vec<u8>> {
         args.iter()
             .map(|a| match a {

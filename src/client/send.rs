@@ -11,7 +11,7 @@ use crate::node::Node;
 use crate::quorum::fanout::{self, NodeCall};
 use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
 
-use super::request::{is_stale, stale, Body, NodeConn, NodeCtx, Request, ScriptCall, Step, Steps};
+use super::request::{is_stale, stale, Arg, Body, NodeConn, NodeCtx, Request, Step, Steps};
 use super::Client;
 
 /// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
@@ -247,6 +247,45 @@ impl Client {
     }
 }
 
+/// A script call on one node: built once, straight from the shared keys and arguments (what
+/// `redis::ScriptInvocation` does, without copying each of them first), and loaded once if the
+/// node does not know it (it restarted, or its scripts were flushed). The guard is a
+/// declaration: a marker-guarded script carries the marker (or a marker of the caller's
+/// choosing) among its arguments (unit-tested per builder).
+async fn run_script(
+    nc: &mut NodeConn,
+    script: &'static redis::Script,
+    keys: &[String],
+    args: &[Arg],
+) -> redis::RedisResult<redis::Value> {
+    let size: usize = keys.iter().map(String::len).sum::<usize>()
+        + args
+            .iter()
+            .map(|a| match a {
+                Arg::Val(v) => v.len(),
+                Arg::Marker => nc.ctx.marker.len(),
+            })
+            .sum::<usize>();
+    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), 64 + size);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for k in keys {
+        cmd.arg(k.as_str());
+    }
+    for a in args {
+        match a {
+            Arg::Val(v) => cmd.arg(v.as_slice()),
+            Arg::Marker => cmd.arg(nc.ctx.marker.as_bytes()),
+        };
+    }
+    match cmd.query_async(&mut nc.conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(&mut nc.conn).await?;
+            cmd.query_async(&mut nc.conn).await
+        }
+        reply => reply,
+    }
+}
+
 /// Run one step on one node's connection.
 async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<NodeOutcome<T>> {
     let (body, decode) = match step {
@@ -257,16 +296,7 @@ async fn run_step<T>(mut nc: NodeConn, step: Step<T>) -> redis::RedisResult<Node
         Body::Script {
             script, keys, args, ..
         } => {
-            // The guard is a declaration: a marker-guarded script carries the marker (or a
-            // marker of the caller's choosing) among its arguments (unit-tested per builder).
-            let mut inv = script.prepare_invoke();
-            for k in &keys {
-                inv.key(k);
-            }
-            for a in ScriptCall::resolved_args(&args, &nc.ctx.marker) {
-                inv.arg(a);
-            }
-            let reply: redis::Value = inv.invoke_async(&mut nc.conn).await?;
+            let reply = run_script(&mut nc, script, &keys, &args).await?;
             decode(&nc.ctx, reply)
         }
         Body::Commands { cmds, checked } => {

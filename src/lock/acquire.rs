@@ -1,5 +1,6 @@
 //! Acquisition: rounds, waiting for a holder, scoped work, release.
 
+use super::fold::Mode;
 use super::*;
 
 /// Acquisition rounds one attempt may take (retries after a token guess that was behind).
@@ -397,12 +398,21 @@ impl Lock {
     /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
     /// nodes are still sent the release, in the background (a copy left anyway is taken over
     /// after its TTL plus drift, like a crashed holder's), so one frozen node does not slow a
-    /// release down.
+    /// release down. A release soon after this handle's previous one keeps the fence key for
+    /// the next grant to rewrite, and owes a collect (see [`fold`](super::fold)).
     ///
     /// Cancel safety: a release dropped before its decision may not reach every node; its
     /// callers (the round's undo, the guard's drop) send it again in the background.
     pub(super) async fn release_value(&self, value: &Arc<str>) -> usize {
         let inner = &self.inner;
+        let mode = inner.folds().on_release(Instant::now());
+        if mode
+            == (Mode::Keep {
+                start_collector: true,
+            })
+        {
+            tokio::spawn(self.clone().collect_when_idle());
+        }
         // No marker check: deleting one's own copy is safe on any node, verified or not.
         let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
             .key(&inner.key)
@@ -410,11 +420,39 @@ impl Lock {
             .key(&inner.floor_key)
             .arg(&**value)
             .arg(&inner.channel)
+            .arg(mode.script_arg())
             .decode(|_, v| decode::one_applied(v));
         let request = Request::any_node("lock.release", Targets::All)
             .within(inner.node_deadline)
             .finishing_in_background();
         inner.client.send(request, step).await.applied()
+    }
+
+    /// The collect a kept fence owes: once this handle has released nothing for the fold
+    /// window, every node that holds no copy of the lock folds the fence into its floor. Best
+    /// effort: a node that does not answer keeps the fence key until the lock's next fold.
+    async fn collect_when_idle(self) {
+        loop {
+            let due = self.inner.folds().collect_due(Instant::now());
+            match due {
+                Ok(()) => break,
+                Err(at) => tokio::time::sleep_until(at).await,
+            }
+        }
+        let inner = &self.inner;
+        let step = script_call(
+            &LOCK_RELEASE,
+            Guard::None("folding a fence into a floor no lower than it"),
+        )
+        .key(&inner.key)
+        .key(&inner.fence_key)
+        .key(&inner.floor_key)
+        .arg("")
+        .arg(&inner.channel)
+        .arg("collect")
+        .decode(|_, v| decode::one_applied(v));
+        let request = Request::any_node("lock.fold", Targets::All).within(inner.node_deadline);
+        let _ = inner.client.send(request, step).await;
     }
 }
 

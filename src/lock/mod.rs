@@ -87,6 +87,7 @@
 mod acquire;
 mod decide;
 mod extend;
+mod fold;
 mod guard;
 mod holder;
 mod steps;
@@ -217,11 +218,17 @@ struct LockInner {
     undo_dropped_rounds: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
+    /// This handle's releases: whether the next one folds the fence or keeps it.
+    folds: Mutex<fold::Folds>,
 }
 
 impl LockInner {
     fn watch(&self) -> std::sync::MutexGuard<'_, Watch<KeyState>> {
         self.watch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn folds(&self) -> std::sync::MutexGuard<'_, fold::Folds> {
+        self.folds.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -374,6 +381,7 @@ impl Lock {
                 } else {
                     |_| Duration::ZERO
                 },
+                folds: Mutex::default(),
             }),
         })
     }

@@ -6,17 +6,40 @@
 --          fence key is deleted, so a later grant of this lock (which counts from
 --          max(fence, floor)) still gets a higher token, and a node keeps at most one floor per
 --          bucket instead of one fence key per lock name forever.
--- ARGV[1]  the holder's value.
+-- ARGV[1]  the holder's value ("" in mode "collect").
 -- ARGV[2]  pub/sub channel to notify waiters on (rq:released:<name>).
+-- ARGV[3]  mode (absent: "fold", as older clients send it):
+--          "fold"     delete the holder's copy, then fold the fence into the floor;
+--          "keep"     delete the holder's copy only: the fence key stays, to be rewritten by
+--                     the lock's next grant (a lock acquired again and again: two writes fewer
+--                     per cycle) or folded later with "collect";
+--          "collect"  delete nothing but the fence: fold it into the floor, only when this node
+--                     holds no copy of the lock (a copy's fence key stays with it).
 --
--- Returns  1 if the key held ARGV[1] and was deleted (waiters are notified); 0 otherwise
---          (someone else's lock is never touched).
--- No marker check: deleting one's own copy is safe on any node, verified or not.
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
+-- Returns  1 if the key held ARGV[1] and was deleted (waiters are notified), or ("collect")
+--          if the fence was folded; 0 otherwise (someone else's lock is never touched).
+-- No marker check: deleting one's own copy, or folding a fence into a floor no lower than it,
+-- is safe on any node, verified or not.
+local mode = ARGV[3] or 'fold'
+if mode == 'collect' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
+  end
+elseif mode ~= 'fold' and mode ~= 'keep' then
+  return redis.error_reply('ERR rq lock_release: bad mode')
+elseif redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then
   return 0
+end
+if mode == 'keep' then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
 end
 -- Fence and floor are read (a wrong-typed one raises WRONGTYPE) before anything is written.
 local stored = redis.call('GET', KEYS[2])
+if mode == 'collect' and not stored then
+  return 0
+end
 local fence = rq_int(stored or '0')
 local floor = 0
 if fence then
@@ -29,13 +52,20 @@ end
 --   2. the floor raised to the fence, with the fence's own digits (Lua's tostring would write
 --      1e14 and above in exponent form, a corrupted register);
 --   3. only then the fence's DEL.
--- So a refused write leaves the fence in place, never a deleted fence above its floor.
-redis.call('DEL', KEYS[1])
+-- So a refused write leaves the fence in place, never a deleted fence above its floor. (A
+-- "collect" has no lease to delete: a node over maxmemory refuses its floor write, and the
+-- fence stays.)
+if mode == 'fold' then
+  redis.call('DEL', KEYS[1])
+end
 if fence then
   if fence > floor then
     redis.call('SET', KEYS[3], stored)
   end
   redis.call('DEL', KEYS[2])
+end
+if mode == 'collect' then
+  return fence and 1 or 0
 end
 redis.call('PUBLISH', ARGV[2], '1')
 return 1
