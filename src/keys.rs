@@ -186,9 +186,9 @@ pub(crate) fn pool_list_key(pool: &Name, id: &str) -> String {
     )
 }
 
-/// Buckets of the fence floor: a released lock's fence is folded into its bucket's floor, so
-/// a node keeps at most this many floor keys, and locks in different buckets never make each
-/// other's tokens too low.
+/// Buckets of the fence floor: a released lock's fence is folded into its bucket's floor (at
+/// its release, or once its handle is idle: `src/lock/fold.rs`), so a node keeps at most this
+/// many floor keys, and locks in different buckets never make each other's tokens too low.
 pub(crate) const FLOOR_BUCKETS: u64 = 1024;
 
 /// The fence floor bucket of the lock key `lock_key`: `rq:floor:<xxh3 % 1024>`.

@@ -19,7 +19,7 @@ use crate::node::Node;
 use crate::quorum::{Majority, NodeId, NodeOutcome, Tally};
 
 pub(crate) use request::{
-    decode, script_call, Guard, NodeConn, NodeCtx, Request, ScriptCall, Step, Steps, Targets,
+    decode, script_call, stale, Guard, NodeConn, NodeCtx, Request, ScriptCall, Step, Steps, Targets,
 };
 use verdicts::Verdicts;
 

@@ -395,17 +395,24 @@ impl Lock {
     }
 
     /// Compare-and-delete on every node (also nodes that did not answer: they may have
-    /// applied). Returns how many nodes had deleted it when the outcome was decided; slower
-    /// nodes are still sent the release, in the background (a copy left anyway is taken over
-    /// after its TTL plus drift, like a crashed holder's), so one frozen node does not slow a
-    /// release down. A release soon after this handle's previous one keeps the fence key for
-    /// the next grant to rewrite, and owes a collect (see [`fold`](super::fold)).
+    /// applied), folding the fence into the floor: a round's undo, which must not leave a
+    /// losing token's fence behind (a repair copying it to a wiped node would block the real
+    /// holder's copy there). Returns how many nodes had deleted it when the outcome was
+    /// decided; slower nodes are still sent the release, in the background (a copy left anyway
+    /// is taken over after its TTL plus drift, like a crashed holder's), so one frozen node
+    /// does not slow a release down.
     ///
     /// Cancel safety: a release dropped before its decision may not reach every node; its
     /// callers (the round's undo, the guard's drop) send it again in the background.
     pub(super) async fn release_value(&self, value: &Arc<str>) -> usize {
-        let inner = &self.inner;
-        let mode = inner.folds().on_release(Instant::now());
+        self.release_in(value, Mode::Fold).await
+    }
+
+    /// [`release_value`](Self::release_value) of a lease this handle held (its guard's
+    /// release): one soon after the handle's previous release keeps the fence key for the next
+    /// grant to rewrite, and owes a collect (see [`fold`](super::fold)).
+    pub(super) async fn release_held(&self, value: &Arc<str>) -> usize {
+        let mode = self.inner.folds().on_release(Instant::now());
         if mode
             == (Mode::Keep {
                 start_collector: true,
@@ -413,6 +420,11 @@ impl Lock {
         {
             tokio::spawn(self.clone().collect_when_idle());
         }
+        self.release_in(value, mode).await
+    }
+
+    async fn release_in(&self, value: &Arc<str>, mode: Mode) -> usize {
+        let inner = &self.inner;
         // No marker check: deleting one's own copy is safe on any node, verified or not.
         let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
             .key(&inner.key)
@@ -429,8 +441,10 @@ impl Lock {
     }
 
     /// The collect a kept fence owes: once this handle has released nothing for the fold
-    /// window, every node that holds no copy of the lock folds the fence into its floor. Best
-    /// effort: a node that does not answer keeps the fence key until the lock's next fold.
+    /// window, every voting node that holds no copy of the lock folds the fence into its
+    /// floor. Only verified nodes, and behind the marker: a node under repair may be given a
+    /// fence that its restore of a lease copy must still read. Best effort: a node that does
+    /// not answer, or holds a copy, keeps the fence key until the lock's next fold.
     async fn collect_when_idle(self) {
         loop {
             let due = self.inner.folds().collect_due(Instant::now());
@@ -440,18 +454,27 @@ impl Lock {
             }
         }
         let inner = &self.inner;
-        let step = script_call(
-            &LOCK_RELEASE,
-            Guard::None("folding a fence into a floor no lower than it"),
-        )
-        .key(&inner.key)
-        .key(&inner.fence_key)
-        .key(&inner.floor_key)
-        .arg("")
-        .arg(&inner.channel)
-        .arg("collect")
-        .decode(|_, v| decode::one_applied(v));
-        let request = Request::any_node("lock.fold", Targets::All).within(inner.node_deadline);
+        let step = script_call(&LOCK_RELEASE, Guard::Marker)
+            .key(&inner.key)
+            .key(&inner.fence_key)
+            .key(&inner.floor_key)
+            .marker_key()
+            .arg("")
+            .arg(&inner.channel)
+            .arg("collect")
+            .marker()
+            .decode(|_, v| {
+                // 1 folded, 0 nothing to fold here (no fence, or a copy keeps it): both done.
+                let status: i64 = redis::from_redis_value(v)?;
+                Ok(if status >= 0 {
+                    NodeOutcome::Applied(())
+                } else {
+                    crate::client::stale()
+                })
+            });
+        let request = Request::vote("lock.fold")
+            .wait_all()
+            .within(inner.node_deadline);
         let _ = inner.client.send(request, step).await;
     }
 }

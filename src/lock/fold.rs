@@ -7,23 +7,29 @@
 //! rewrites its fence key on its next grant anyway, so those two extra writes per cycle bought
 //! nothing but memory that the next cycle would take back. Now:
 //!
-//! - a release whose handle released less than [`HOT_WINDOW`] before runs in mode `"keep"`
-//!   (`lock_release.lua`): it deletes the holder's copy only; the fence key stays;
+//! - a guard's release whose handle released less than [`HOT_WINDOW`] before runs in mode
+//!   `"keep"` (`lock_release.lua`): it deletes the holder's copy only; the fence key stays;
 //! - the first release of a handle, or one after a pause, folds as before (`"fold"`): a one-shot
 //!   caller (`lock run`, `job run`, a cron job) leaves exactly what it always did;
+//! - a round's undo (a round not granted, or dropped by its caller) always folds: a losing
+//!   token's fence left on a node would, copied by a repair to a wiped node, block the real
+//!   holder's copy there (its restore writes a blocker under a higher fence);
 //! - a handle that kept a fence owes a fold: one task per handle waits until the handle has
-//!   released nothing for [`HOT_WINDOW`], then sends `"collect"` to every node, which folds the
-//!   fence only where the node holds no copy of the lock.
+//!   released nothing for [`HOT_WINDOW`], then sends `"collect"` to every voting node, which
+//!   folds the fence only where the node holds its marker and no copy of the lock.
 //!
 //! Architecture invariant: keeping a fence key never lowers what a grant counts from (every
-//! grant counts from `max(fence, floor)`), a fold always raises the floor before it deletes the
-//! fence, and a collect leaves the fence key of a node that holds a copy of the lock (so a
-//! copy's fence key is never below its token, which the repair's restore reads; see
-//! `lock_release.lua`). Which mode a release uses is a question of memory, never of safety.
+//! grant counts from `max(fence, floor)`), and a fold or collect always raises the floor before
+//! it deletes the fence. A collect is marker-checked and sent to voting nodes only: a node under
+//! repair may have been given a fence that its restore of a lease copy must still read
+//! (`restore.lua` reads the fence key, not the floor).
 //!
-//! Not guaranteed: a process that stops (or a node that does not answer) before its collect
-//! leaves that lock's fence key behind, one key per such lock name, until the lock's next
-//! release folds it; this is the same bound as a crashed holder's lease copy.
+//! Not guaranteed: the collect is sent once and not retried. A fence key stays behind when the
+//! process or its runtime ends within [`HOT_WINDOW`] of a kept release, when a node does not
+//! answer the collect (down, slow, quarantined, over `maxmemory`), or when the node holds a key
+//! at the lock's name at that instant (another holder's copy, a repair's blocker). It stays
+//! until the lock's next fold (a first release, or a later collect): one fence key per node for
+//! each such lock name, where a lock never used again keeps it.
 
 use std::time::Duration;
 

@@ -225,7 +225,7 @@ impl LockGuard {
         let shared = self.shared.clone();
         shared.stop.cancel();
         shared.signal(LossReason::Released);
-        let deleted = shared.lock.release_value(&shared.value).await;
+        let deleted = shared.lock.release_held(&shared.value).await;
         // Only now: a release dropped before its decision leaves the guard's drop to send it
         // again, in the background.
         self.released = true;
@@ -252,7 +252,7 @@ impl Drop for LockGuard {
         shared.signal(LossReason::Released);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                shared.lock.release_value(&shared.value).await;
+                shared.lock.release_held(&shared.value).await;
             });
         }
     }

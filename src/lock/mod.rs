@@ -20,7 +20,9 @@
 //!    `TTL - drift` from (just before) the send of the last acquisition or extension a majority
 //!    applied; loss is signalled a margin before it ends.
 //! 4. **Release**: `lock_release.lua` deletes only this holder's copy, folds the fence into its
-//!    floor bucket, and publishes a wake-up hint for waiters (`holder.rs`).
+//!    floor bucket (or, for a lock acquired again within a second, keeps it for the next grant
+//!    and folds it once the handle is idle: `fold.rs`), and publishes a wake-up hint for
+//!    waiters (`holder.rs`).
 //!
 //! # Guarantees
 //! The full list is on [`Lock`]. Under the crate's assumptions (clients' monotonic clocks within

@@ -4,8 +4,9 @@
 -- KEYS[2]  the lock's fence key (rq:fence:<name>).
 -- KEYS[3]  the lock's fence floor bucket (rq:floor:<bucket>): raised to the fence before the
 --          fence key is deleted, so a later grant of this lock (which counts from
---          max(fence, floor)) still gets a higher token, and a node keeps at most one floor per
---          bucket instead of one fence key per lock name forever.
+--          max(fence, floor)) still gets a higher token, and a lock not in use keeps no key of
+--          its own (see src/lock/fold.rs for when a fence key stays behind).
+-- KEYS[4]  (mode "collect") the node marker (rq:marker), see id_propose.lua.
 -- ARGV[1]  the holder's value ("" in mode "collect").
 -- ARGV[2]  pub/sub channel to notify waiters on (rq:released:<name>).
 -- ARGV[3]  mode (absent: "fold", as older clients send it):
@@ -13,15 +14,23 @@
 --          "keep"     delete the holder's copy only: the fence key stays, to be rewritten by
 --                     the lock's next grant (a lock acquired again and again: two writes fewer
 --                     per cycle) or folded later with "collect";
---          "collect"  delete nothing but the fence: fold it into the floor, only when this node
---                     holds no copy of the lock (a copy's fence key stays with it).
+--          "collect"  delete nothing but the fence: fold it into the floor, only on a node
+--                     holding the expected marker and no key at KEYS[1] (a copy, anyone's,
+--                     keeps its fence key).
+-- ARGV[4]  (mode "collect") expected marker, or "*" (test-only).
 --
 -- Returns  1 if the key held ARGV[1] and was deleted (waiters are notified), or ("collect")
---          if the fence was folded; 0 otherwise (someone else's lock is never touched).
--- No marker check: deleting one's own copy, or folding a fence into a floor no lower than it,
--- is safe on any node, verified or not.
+--          if the fence was folded; 0 otherwise (someone else's lock is never touched; for a
+--          collect: no fence, or a key at KEYS[1]); -1 (collect only) marker missing or stale.
+-- No marker check for "fold" and "keep": deleting one's own copy, and folding its fence into
+-- a floor no lower than it, is safe on any node, verified or not. A collect is checked: a node
+-- under repair (unmarked) may have been given a fence that its restore of a lease copy must
+-- still read (restore.lua reads the fence key, not the floor).
 local mode = ARGV[3] or 'fold'
 if mode == 'collect' then
+  if ARGV[4] ~= '*' and redis.call('GET', KEYS[4]) ~= ARGV[4] then
+    return -1
+  end
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
   end
