@@ -3,23 +3,27 @@
 //! quarantine and repair of a node that restarted or lost its data.
 //!
 //! Mirrors: the node steps `src/scripts/lock_acquire.lua` ([`lock_acquire`]),
-//! `lock_extend.lua` ([`lock_extend`]), `lock_release.lua` ([`lock_release`]), the repair's
-//! `restore.lua` lease mode ([`restore_lease`]) and the resource guard `fenced_set.lua`
-//! ([`fenced_set`]), each compared with the real script on a real node by
-//! `tests/conformance_leases.rs`; the client's rounds in `src/lock/acquire.rs` (plan from the
-//! watch as `lease::plan_with`, learn from the replies, release a round that was not granted),
-//! the extension verdict of `lease::judge_extension`, and the repair in `src/repair/` (raise
-//! the fence to the highest a majority of the *other* marked nodes hold, restore the lease
-//! copy where the node has none and its fence allows (the sources' value if they agree, a
-//! blocker `v0` that no client holds if they disagree: [`restored_copy`]), then mark).
+//! `lock_extend.lua` ([`lock_extend`]), `lock_release.lua` ([`lock_release`] in modes `"fold"`
+//! and `"keep"`, [`lock_collect`] in mode `"collect"`), the repair's `restore.lua` lease mode
+//! ([`restore_lease`]) and the resource guard `fenced_set.lua` ([`fenced_set`]), each compared
+//! with the real script on a real node by `tests/conformance_leases.rs`; the client's rounds in
+//! `src/lock/acquire.rs` (plan from the watch as `lease::plan_with`, learn from the replies,
+//! release a round that was not granted), the extension verdict of `lease::judge_extension`,
+//! the release modes of `src/lock/fold.rs` (a holder's release keeps or folds the fence key, a
+//! round's undo folds it; a client that kept one owes a collect, sent later to every voting
+//! node), and the repair in `src/repair/` (raise the fence to the highest a majority of the
+//! *other* marked nodes hold, restore the lease copy where the node has none and its fence
+//! allows (the sources' value if they agree, a blocker `v0` that no client holds if they
+//! disagree: [`restored_copy`]), then mark).
 //!
 //! Explored: every interleaving of two (or three) clients' acquisition rounds, extensions,
-//! fenced writes and releases, the delivery of every request in any order, lost requests and
-//! lost replies, a client that decides a round with only some replies in (its timeout, or a
-//! pause), node crash and restart (data kept; the restarted node is quarantined until a repair
-//! marks it, as its run_id changed), node wipe (restarts empty and unmarked), FLUSHALL (a
-//! running node loses every key, its marker included, and keeps its run_id; requests in flight
-//! to it still land on it and are refused), and repair.
+//! fenced writes, releases (a holder's in either mode) and collects (up to `collects`), the
+//! delivery of every request in any order, lost requests and lost replies, a client that
+//! decides a round with only some replies in (its timeout, or a pause), node crash and restart
+//! (data kept; the restarted node is quarantined until a repair marks it, as its run_id
+//! changed), node wipe (restarts empty and unmarked), FLUSHALL (a running node loses every key,
+//! its marker included, and keeps its run_id; requests in flight to it still land on it and
+//! are refused), and repair.
 //!
 //! **Time as bounded-drift steps.** Real time advances only by `Tick`, without a horizon: every
 //! time in the state is relative (ticks of validity left, ticks a value has been watched),
@@ -43,7 +47,10 @@
 //! retry, which only raises the token); a node's reply reaches its client in the step that
 //! applies the request (a slow reply is a client deciding without it); a grant is kept if any
 //! validity is left when it is decided (the real client asks for half the TTL: fewer grants);
-//! a repair is one step, and a request sent before a wipe is given up by its client when the
+//! a client that kept a fence may collect it at any time after (the real one waits until its
+//! handle released nothing for `HOT_WINDOW`: a subset); a repair is one step (so no collect
+//! falls between its raise and its restore: the real collect's marker check refuses a node
+//! under repair), and a request sent before a wipe is given up by its client when the
 //! repair of that node reads (the real repair waits one node timeout, the longest a client
 //! counts a reply); the resource (the fenced store) does not fail. Because the repair is one
 //! step, a FLUSHALL of one of its *sources* never falls between its reads and its mark (the
@@ -198,13 +205,53 @@ pub fn lock_extend(d: &mut Data, value: u8, version: u8, token: u8, expect: Opti
     }
 }
 
-/// `lock_release.lua`: compare-and-delete; the fence key is folded into the floor bucket and
-/// deleted. No marker check.
-pub fn lock_release(d: &mut Data, value: u8) -> bool {
+/// `lock_release.lua`'s mode for a holder's release (`ARGV[3]`; `"collect"` is [`lock_collect`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Release {
+    /// `"fold"` (also an absent `ARGV[3]`): delete the copy, fold the fence key into the floor.
+    Fold,
+    /// `"keep"`: delete the copy only; the fence key stays (rewritten by the lock's next grant,
+    /// or folded later by a collect).
+    Keep,
+}
+
+/// `lock_release.lua` in mode `"fold"` or `"keep"`, line for line: compare-and-delete (0
+/// unless the key holds the value); in `"keep"`, the copy's `DEL` only; in `"fold"`, the copy's
+/// `DEL`, the floor raised to the fence key (if above), the fence key's `DEL` (an absent fence
+/// key is 0 here, which raises nothing). No marker check.
+pub fn lock_release(d: &mut Data, value: u8, mode: Release) -> bool {
     if d.key.is_none_or(|k| k.value != value) {
         return false;
     }
     d.key = None;
+    if mode == Release::Keep {
+        return true;
+    }
+    fold_fence(d);
+    true
+}
+
+/// `lock_release.lua` in mode `"collect"` (`ARGV[1]` is `""`, ignored), line for line: -1 if the
+/// marker is missing or stale (`None` is the script's `"*"`); 0 if the node holds a copy of
+/// the lock (anyone's: `EXISTS`); 0 if there is no fence key (0 here: a token is at least 1);
+/// else the floor raised to the fence key (if above), the fence key's `DEL`, 1. Nothing
+/// changes unless it returns 1; no `PUBLISH`.
+pub fn lock_collect(d: &mut Data, expect: Option<u8>) -> i8 {
+    if expect.is_some() && d.marker != expect {
+        return -1;
+    }
+    if d.key.is_some() {
+        return 0;
+    }
+    i8::from(fold_fence(d))
+}
+
+/// The fold both share: the floor raised to the fence key, then the fence key deleted; false
+/// (nothing changed) when there is no fence key.
+fn fold_fence(d: &mut Data) -> bool {
+    if d.fence == 0 {
+        return false;
+    }
     d.floor = d.floor.max(d.fence);
     d.fence = 0;
     true
@@ -287,6 +334,16 @@ pub enum Bug {
     RestoreNewest,
     /// The repair marks the node without raising its fence key and floor (`raise.lua`).
     RepairWithoutRaise,
+    /// A collect (`lock_release.lua` in mode `"collect"`) folds the fence key into the floor
+    /// even where the node holds a copy of the lock (anyone's): a copy's fence key is then
+    /// below its token, and a repair that reads the node raises a wiped node's fence key less
+    /// (`restore.lua` chooses between the sources' copy and a blocker by that fence key).
+    /// No counterexample within these bounds (`ci_collect`, `ci_amnesia` and `ci_repair` with
+    /// collects, checked exhaustively): a repair reads a majority of the other nodes, so a
+    /// lease a majority still holds always shows among its sources' copies
+    /// ([`restored_copy`] already blocks when they differ), and the fence key only chooses
+    /// between a copy and a blocker for a lease no valid holder has. No planted-bug test.
+    CollectBesideCopy,
 }
 
 /// The bounds of one exploration.
@@ -306,6 +363,15 @@ pub struct LeaseModel {
     pub window: u8,
     /// Requests or replies the network may lose, in all.
     pub losses: u8,
+    /// Collects (`lock_release.lua` in mode `"collect"`) that fold a fence, one node each, in
+    /// all. A real collect round sends one to every voting node, but nothing is decided from
+    /// their replies: each acts on its own node as if sent alone, so a round is `nodes` of
+    /// these. Each is sent and applied in one step ([`Action::Collect`]), which loses nothing:
+    /// a collect carries no value and nothing of its sender's state, so one that lands later
+    /// acts as one sent then, and one that lands on a later incarnation of its node is refused
+    /// by its marker check, as a lost one (never taken here). A collect that would fold
+    /// nothing is not taken either (it would only spend the bound).
+    pub collects: u8,
     /// Node crashes (each may restart), in all.
     pub crashes: u8,
     /// Node wipes, in all.
@@ -315,6 +381,13 @@ pub struct LeaseModel {
     /// Whether holders send fenced writes to the resource (off where only the holders are
     /// in question: fewer states).
     pub fenced_writes: bool,
+    /// Whether a holder's release may keep the fence key (`lock_release.lua` in mode `"keep"`,
+    /// as `lock::fold` sends a release soon after the handle's previous one) as well as fold
+    /// it; a round's undo always folds. Off, every release folds (as a handle's first one
+    /// does) and no collect is sent. On where a repair can run: elsewhere nothing reads the
+    /// fence key but as max(fence key, floor), which neither mode nor a collect changes, so
+    /// the modes would only multiply states that behave alike.
+    pub release_modes: bool,
     /// A planted bug, if any.
     pub bug: Option<Bug>,
 }
@@ -332,10 +405,12 @@ impl LeaseModel {
             validity: 1,
             window: 1,
             losses: 0,
+            collects: 0,
             crashes: 0,
             wipes: 0,
             flushes: 0,
             fenced_writes: true,
+            release_modes: false,
             bug: None,
         }
     }
@@ -352,23 +427,38 @@ impl LeaseModel {
     }
 
     /// CI bounds for node faults: 2 acquisition rounds, one node crash (restart under a new
-    /// run_id, quarantine, repair) and one wipe (restarts empty, quarantine, repair).
+    /// run_id, quarantine, repair) and one wipe (restarts empty, quarantine, repair); a
+    /// holder's release keeps or folds the fence key (no collect: [`LeaseModel::ci_collect`]).
     pub fn ci_amnesia() -> Self {
         LeaseModel {
             rounds: 2,
             crashes: 1,
             wipes: 1,
+            release_modes: true,
             ..LeaseModel::ci_takeover()
         }
     }
 
     /// CI bounds for FLUSHALL: 2 acquisition rounds and one flush (the node loses every key,
-    /// keeps running; requests in flight to it land on it, refused), quarantine and repair.
+    /// keeps running; requests in flight to it land on it, refused), quarantine and repair; a
+    /// holder's release keeps or folds the fence key.
     pub fn ci_flush() -> Self {
         LeaseModel {
             rounds: 2,
             flushes: 1,
+            release_modes: true,
             ..LeaseModel::ci_takeover()
+        }
+    }
+
+    /// CI bounds for kept fences and their collects: [`LeaseModel::ci_flush`] with two
+    /// collects (on two nodes, or twice on one), at any time after a holder kept a fence. A
+    /// set of its own: each collect about doubles the states, which the other sets, already
+    /// about doubled by the release modes, would not bear within CI's time.
+    pub fn ci_collect() -> Self {
+        LeaseModel {
+            collects: 2,
+            ..LeaseModel::ci_flush()
         }
     }
 
@@ -420,6 +510,10 @@ impl LeaseModel {
         }
     }
 
+    fn collect_beside_copy(&self) -> bool {
+        self.bug == Some(Bug::CollectBesideCopy)
+    }
+
     fn quarantine(&self) -> bool {
         self.bug != Some(Bug::NoQuarantine)
     }
@@ -457,8 +551,8 @@ pub enum Msg {
         expect: Option<u8>,
         wiped: u8,
     },
-    /// `lock_release.lua` (no reply counted).
-    Release { node: u8, value: u8 },
+    /// `lock_release.lua` in mode `"keep"` or `"fold"` (no reply counted).
+    Release { node: u8, value: u8, mode: Release },
     /// A holder's fenced write to the resource: `fenced_set.lua` with its token.
     Write { grant: u8, token: u8 },
 }
@@ -588,6 +682,8 @@ pub struct Past {
     pub extended: bool,
     /// A repair marked a node.
     pub repaired: bool,
+    /// Some client sent a release in mode `"keep"` (recorded while a collect may follow).
+    pub kept: bool,
 }
 
 /// The whole system.
@@ -604,6 +700,8 @@ pub struct LeaseState {
     pub rounds: u8,
     pub extensions: u8,
     pub losses: u8,
+    /// Collects taken ([`LeaseModel::collects`]).
+    pub collects: u8,
     pub crashes: u8,
     pub wipes: u8,
     pub flushes: u8,
@@ -625,8 +723,11 @@ pub enum Action {
     Timeout(u8),
     /// A holder, while valid, sends a fenced write to the resource.
     Write(u8),
-    /// A holder releases its lease (valid or not).
-    Release(u8),
+    /// A holder releases its lease (valid or not), in mode `"keep"` or `"fold"`.
+    Release(u8, Release),
+    /// A client that kept a fence collects it on a voting node (one node's part of a collect
+    /// round; sent and applied in one step, see [`LeaseModel::collects`]).
+    Collect(u8),
     /// The network delivers a request; the node applies it and the client hears the reply.
     Deliver(Msg),
     /// The network delivers a request; the node applies it; the reply is lost.
@@ -680,7 +781,13 @@ impl fmt::Display for Msg {
                 f,
                 "client {client}'s extension of v{value} to version {version} to node {node}"
             ),
-            Msg::Release { node, value } => write!(f, "the release of v{value} to node {node}"),
+            Msg::Release { node, value, mode } => {
+                write!(
+                    f,
+                    "the {} release of v{value} to node {node}",
+                    mode_text(mode)
+                )
+            }
             Msg::Write { grant, token } => {
                 write!(
                     f,
@@ -705,7 +812,10 @@ impl fmt::Display for Action {
             Action::Write(c) => {
                 write!(f, "client {c}, holding a valid lease, sends a fenced write")
             }
-            Action::Release(c) => write!(f, "client {c} releases its lease"),
+            Action::Release(c, mode) => {
+                write!(f, "client {c} releases its lease ({})", mode_text(mode))
+            }
+            Action::Collect(n) => write!(f, "a client that kept a fence collects it on node {n}"),
             Action::Deliver(m @ (Msg::Acquire { .. } | Msg::Extend { .. })) => {
                 write!(f, "delivered: {m}; its reply heard")
             }
@@ -722,6 +832,25 @@ impl fmt::Display for Action {
                 (0..8).filter(|o| from & (1 << o) != 0).collect::<Vec<_>>()
             ),
         }
+    }
+}
+
+/// [`lock_collect`], or with [`Bug::CollectBesideCopy`] the fold as if the node held no copy:
+/// whether it folded.
+fn collect(d: &mut Data, expect: Option<u8>, beside_copy: bool) -> bool {
+    if !beside_copy {
+        return lock_collect(d, expect) == 1;
+    }
+    let key = d.key.take();
+    let folded = lock_collect(d, expect) == 1;
+    d.key = key;
+    folded
+}
+
+fn mode_text(mode: Release) -> &'static str {
+    match mode {
+        Release::Fold => "fold",
+        Release::Keep => "keep",
     }
 }
 
@@ -838,16 +967,23 @@ impl LeaseModel {
         })
     }
 
-    fn send_releases(&self, s: &mut LeaseState, value: u8, skip: u8) {
+    /// The release of `value` in `mode` to every up node not in `skip`; a keep leaves a fence
+    /// its client owes a collect for.
+    fn send_releases(&self, s: &mut LeaseState, value: u8, mode: Release, skip: u8) {
         for n in 0..self.nodes {
             if s.nodes[n].up && skip & (1 << n) == 0 {
                 s.net.push(Msg::Release {
                     node: n as u8,
                     value,
+                    mode,
                 });
             }
         }
         s.net.sort();
+        // Recorded only while a collect may still be sent (fewer states).
+        if mode == Release::Keep && s.collects < self.collects {
+            s.past.kept = true;
+        }
     }
 
     /// Decide an acquisition round (`decide::after_round`; a round not granted is released
@@ -879,9 +1015,11 @@ impl LeaseModel {
         if !r.only_reads {
             // Released on every node that may hold it: those that granted or did not answer
             // (one that answered otherwise did not take this fresh value; the real client
-            // sends it there too, where it changes nothing).
+            // sends it there too, where it changes nothing). Always in mode "fold"
+            // (`Lock::release_value`): a losing token's fence key left behind would make a
+            // repair restore a blocker where the holder's copy belongs.
             let refused = r.replied & !r.acks;
-            self.send_releases(s, r.value, refused);
+            self.send_releases(s, r.value, Release::Fold, refused);
         }
     }
 
@@ -926,10 +1064,10 @@ impl LeaseModel {
                     p.refused = true;
                 }
             }
-            Msg::Release { node, value } => {
+            Msg::Release { node, value, mode } => {
                 let n = &mut s.nodes[node as usize];
                 if n.up {
-                    lock_release(&mut n.data, value);
+                    lock_release(&mut n.data, value, mode);
                 }
             }
             Msg::Acquire {
@@ -1041,6 +1179,7 @@ impl Model for LeaseModel {
             rounds: 0,
             extensions: 0,
             losses: 0,
+            collects: 0,
             crashes: 0,
             wipes: 0,
             flushes: 0,
@@ -1084,7 +1223,12 @@ impl Model for LeaseModel {
                     if valid && !h.wrote && self.fenced_writes {
                         out.push(Action::Write(c));
                     }
-                    out.push(Action::Release(c));
+                    // Either mode: the real client keeps a release that follows its
+                    // previous one quickly, and folds any other (`lock::fold`).
+                    if self.release_modes {
+                        out.push(Action::Release(c, Release::Keep));
+                    }
+                    out.push(Action::Release(c, Release::Fold));
                 }
             }
         }
@@ -1115,6 +1259,19 @@ impl Model for LeaseModel {
             }
             if node.up && s.flushes < self.flushes {
                 out.push(Action::Flush(n8));
+            }
+            // To a voting node only (`Lock::collect_when_idle`), and only a collect that folds:
+            // one that changes nothing is a collect lost (and would only spend the bound).
+            if self.reachable(node)
+                && s.past.kept
+                && s.collects < self.collects
+                && collect(
+                    &mut node.data.clone(),
+                    self.quarantine().then_some(node.run),
+                    self.collect_beside_copy(),
+                )
+            {
+                out.push(Action::Collect(n8));
             }
             if self.quarantine() && node.up && !node.verified() {
                 let others: Vec<usize> = (0..self.nodes)
@@ -1212,12 +1369,21 @@ impl Model for LeaseModel {
                 s.net.push(m);
                 s.net.sort();
             }
-            Action::Release(c) => {
+            Action::Release(c, mode) => {
                 let Doing::Holding(h) = s.clients[c as usize].doing else {
                     return None;
                 };
                 s.clients[c as usize].doing = Doing::Idle;
-                self.send_releases(&mut s, h.value, 0);
+                self.send_releases(&mut s, h.value, mode, 0);
+            }
+            Action::Collect(n) => {
+                s.collects += 1;
+                if s.collects == self.collects {
+                    s.past.kept = false; // read no more: fewer states
+                }
+                let node = &mut s.nodes[n as usize];
+                let expect = self.quarantine().then_some(node.run);
+                collect(&mut node.data, expect, self.collect_beside_copy());
             }
             Action::Deliver(m) | Action::DeliverLosingReply(m) => {
                 remove(&mut s.net, &m);
@@ -1391,6 +1557,12 @@ impl Model for LeaseModel {
             v.push(Property::sometimes(
                 "a lease is extended",
                 |_, s: &LeaseState| s.past.extended,
+            ));
+        }
+        if self.collects > 0 && self.release_modes {
+            v.push(Property::sometimes(
+                "a fence is collected",
+                |_, s: &LeaseState| s.collects > 0,
             ));
         }
         if self.crashes + self.wipes + self.flushes > 0 && self.quarantine() {

@@ -5,10 +5,10 @@
 //!          [--lookahead N]
 //!          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
 //!                 spare-read-from-one]
-//! rq-model leases [--network | --amnesia | --flush | --repair | --deep] [--clients N] [--rounds N]
-//!          [--extensions N]
+//! rq-model leases [--network | --amnesia | --flush | --collect | --repair | --deep] [--clients N]
+//!          [--rounds N] [--extensions N] [--release-modes | --fold-only] [--collects N]
 //!          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
-//!          repair-without-restore|repair-without-raise|restore-newest]
+//!          repair-without-restore|repair-without-raise|restore-newest|collect-beside-copy]
 //! rq-model views [--crash | --amnesia | --flush | --planted | --deep]
 //!          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 //! rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
@@ -90,10 +90,10 @@ rq-model [ids] [--amnesia | --flush | --spare | --deep] [--calls N] [--rounds N]
          [--lookahead N]
          [--bug quorum-half|no-quarantine|repair-without-wait|spare-without-read|
                 spare-read-from-one]
-rq-model leases [--network | --amnesia | --flush | --repair | --deep] [--clients N] [--rounds N]
-         [--extensions N]
+rq-model leases [--network | --amnesia | --flush | --collect | --repair | --deep] [--clients N]
+         [--rounds N] [--extensions N] [--release-modes | --fold-only] [--collects N]
          [--bug takeover-without-wait|no-drift-margin|no-quarantine|fencing-off|quorum-half|
-                repair-without-restore|repair-without-raise|restore-newest]
+                repair-without-restore|repair-without-raise|restore-newest|collect-beside-copy]
 rq-model views [--crash | --amnesia | --flush | --planted | --deep]
          [--bug barrier-off|forkable-register|no-write-back|validity-beyond-window]
 rq-model copy [--two-flushes | --deep] [--rounds N] [--flushes N]
@@ -125,6 +125,8 @@ fn main() -> ExitCode {
                 leases::LeaseModel::ci_repair()
             } else if args.flag("--network") {
                 leases::LeaseModel::ci_network()
+            } else if args.flag("--collect") {
+                leases::LeaseModel::ci_collect()
             } else {
                 leases::LeaseModel::ci_takeover()
             };
@@ -134,6 +136,14 @@ fn main() -> ExitCode {
             m.rounds = args.small("--rounds").unwrap_or(m.rounds);
             m.extensions = args.small("--extensions").unwrap_or(m.extensions);
             m.losses = args.small("--losses").unwrap_or(m.losses);
+            m.collects = args.small("--collects").unwrap_or(m.collects);
+            // Collects follow kept fences: `--collects N` explores the release modes too.
+            if args.flag("--release-modes") || (m.collects > 0 && !args.flag("--fold-only")) {
+                m.release_modes = true;
+            } else if args.flag("--fold-only") {
+                m.release_modes = false;
+                m.collects = 0;
+            }
             m.crashes = args.small("--crashes").unwrap_or(m.crashes);
             m.wipes = args.small("--wipes").unwrap_or(m.wipes);
             m.flushes = args.small("--flushes").unwrap_or(m.flushes);
@@ -148,6 +158,7 @@ fn main() -> ExitCode {
                     ("repair-without-restore", leases::Bug::RepairWithoutRestore),
                     ("repair-without-raise", leases::Bug::RepairWithoutRaise),
                     ("restore-newest", leases::Bug::RestoreNewest),
+                    ("collect-beside-copy", leases::Bug::CollectBesideCopy),
                 ],
             ) {
                 Ok(b) => b,

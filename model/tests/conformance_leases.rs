@@ -1,11 +1,12 @@
-//! The lease model follows the code: one sequence of calls runs through the real scripts
-//! (`lock_acquire.lua`, `lock_extend.lua`, `lock_release.lua`, `restore.lua` in lease mode,
-//! `fenced_set.lua`) on a real `redis-server` and through the model's node steps, and every
-//! reply and every stored register must agree.
+//! The lease model follows the code: sequences of calls run through the real scripts
+//! (`lock_acquire.lua`, `lock_extend.lua`, `lock_release.lua` in its three modes,
+//! `restore.lua` in lease mode, `fenced_set.lua`) on a real `redis-server` and through the
+//! model's node steps, and every reply and every stored register must agree: a written story
+//! that visits each branch, then seeded pseudo-random sequences.
 
 use redquorum_model::leases::{
-    fenced_set, lock_acquire, lock_extend, lock_release, restore_lease, Ask, Data, Grant, Key,
-    Status, BLOCKER,
+    self, fenced_set, lock_acquire, lock_collect, lock_extend, lock_release, restore_lease, Ask,
+    Data, Grant, Key, Release, Status, BLOCKER,
 };
 use redquorum_testkit::LocalNodes;
 
@@ -184,17 +185,38 @@ impl Real {
         }
     }
 
-    fn release(&mut self, value: u8, token: u8) -> bool {
+    /// `lock_release.lua` in mode `mode` (`None`: no ARGV[3], as an older client sends it).
+    fn release(&mut self, value: u8, token: u8, mode: Option<Release>) -> bool {
+        let mut call = self.release.prepare_invoke();
+        call.key(LOCK)
+            .key(FENCE)
+            .key(FLOOR)
+            .arg(value_text(value, token))
+            .arg("rq:released:conformance");
+        match mode {
+            Some(Release::Fold) => call.arg("fold"),
+            Some(Release::Keep) => call.arg("keep"),
+            None => &mut call,
+        };
+        let r: i64 = call.invoke(&mut self.con).expect("lock_release.lua runs");
+        r == 1
+    }
+
+    /// `lock_release.lua` in mode `"collect"` (no value; the marker checked).
+    fn collect(&mut self, expect: Option<u8>) -> i8 {
         let r: i64 = self
             .release
             .key(LOCK)
             .key(FENCE)
             .key(FLOOR)
-            .arg(value_text(value, token))
+            .key(MARKER)
+            .arg("")
             .arg("rq:released:conformance")
+            .arg("collect")
+            .arg(marker_text(expect))
             .invoke(&mut self.con)
-            .expect("lock_release.lua runs");
-        r == 1
+            .expect("lock_release.lua runs in mode collect");
+        r as i8
     }
 
     fn restore(&mut self, copy: Key) -> bool {
@@ -233,20 +255,91 @@ impl Real {
 enum Call {
     Acquire(u8, u8, Option<u8>, Ask),
     Extend(u8, u8, u8, Option<u8>),
-    Release(u8, u8),
+    /// Value, token, mode (`None`: no ARGV[3], which the script takes as `"fold"`).
+    Release(u8, u8, Option<Release>),
+    Collect(Option<u8>),
     Restore(Key),
     Raise(u8),
     SetMarker(Option<u8>),
 }
 
-#[test]
-fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
+/// Apply `call` to the node and to the model: their replies, as text. `tokens[v]` is the
+/// token inside value `v`.
+fn apply(real: &mut Real, model: &mut Data, call: Call, tokens: &[u8]) -> (String, String) {
+    match call {
+        Call::Acquire(value, token, expect, ask) => {
+            let m = lock_acquire(model, value, token, expect, ask);
+            let r = real.acquire(value, token, expect, ask, tokens);
+            (format!("{m:?}"), format!("{r:?}"))
+        }
+        Call::Extend(value, version, token, expect) => {
+            let m = lock_extend(model, value, version, token, expect);
+            let r = real.extend(value, version, token, expect);
+            (m.to_string(), r.to_string())
+        }
+        Call::Release(value, token, mode) => {
+            let m = lock_release(model, value, mode.unwrap_or(Release::Fold));
+            let r = real.release(value, token, mode);
+            (m.to_string(), r.to_string())
+        }
+        Call::Collect(expect) => {
+            let m = lock_collect(model, expect);
+            let r = real.collect(expect);
+            (m.to_string(), r.to_string())
+        }
+        Call::Restore(copy) => {
+            let m = restore_lease(model, copy);
+            let r = real.restore(copy);
+            (m.to_string(), r.to_string())
+        }
+        Call::Raise(fence) => {
+            model.fence = model.fence.max(fence);
+            let _: i64 = real
+                .raise
+                .key("rq:repairing")
+                .arg("*")
+                .key(FENCE)
+                .arg(fence)
+                .invoke(&mut real.con)
+                .expect("raise.lua runs");
+            (String::new(), String::new())
+        }
+        Call::SetMarker(run) => {
+            match run {
+                Some(r) => redis::cmd("SET")
+                    .arg(MARKER)
+                    .arg(marker_text(Some(r)))
+                    .query::<()>(&mut real.con),
+                None => redis::cmd("DEL").arg(MARKER).query::<()>(&mut real.con),
+            }
+            .expect("marker written");
+            model.marker = run;
+            (String::new(), String::new())
+        }
+    }
+}
+
+/// Apply `call` to both, and require the same reply and the same stored registers.
+fn check(real: &mut Real, model: &mut Data, call: Call, tokens: &[u8], what: &str) {
+    let (modelled, actual) = apply(real, model, call, tokens);
+    assert_eq!(
+        modelled, actual,
+        "{what}, {call:?}: the model's reply differs from the script's"
+    );
+    let stored = real.data();
+    assert_eq!(
+        *model, stored,
+        "{what}, {call:?}: the model stores something else than the node"
+    );
+}
+
+fn start() -> (LocalNodes, Real) {
     let nodes = LocalNodes::start(1);
     let con = redis::Client::open(nodes.url(0))
         .expect("url")
         .get_connection()
         .expect("connects");
-    let mut real = Real {
+    let real = Real {
         con,
         acquire: script!("lock_acquire.lua"),
         extend: script!("lock_extend.lua"),
@@ -255,12 +348,20 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
         raise: script!("raise.lua"),
         fenced: script!("fenced_set.lua"),
     };
+    (nodes, real)
+}
+
+#[test]
+fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
+    let (_nodes, mut real) = start();
     let run = Some(1);
     // The token of each value (values are fresh per acquisition round; the token is inside).
-    let tokens: [u8; 8] = [0, 1, 2, 2, 3, 5, 4, 6];
+    let tokens: [u8; 9] = [0, 1, 2, 2, 3, 5, 4, 7, 8];
     use Ask::*;
     use Call::*;
-    let calls: Vec<(&str, Call)> = vec![
+    const KEEP: Option<leases::Release> = Some(leases::Release::Keep);
+    const FOLD: Option<leases::Release> = Some(leases::Release::Fold);
+    let story: Vec<(&str, Call)> = vec![
         ("the node is verified", SetMarker(run)),
         ("a free lock is granted", Acquire(1, 1, run, Absent)),
         ("a held lock is not free", Acquire(2, 2, run, Absent)),
@@ -317,13 +418,19 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
             ),
         ),
         ("the old holder cannot extend", Extend(1, 3, 1, run)),
-        ("the old holder cannot release", Release(1, 1)),
-        ("the new holder releases", Release(3, 2)),
+        ("the old holder cannot release (keep)", Release(1, 1, KEEP)),
+        ("the old holder cannot release (fold)", Release(1, 1, FOLD)),
         (
-            "an extension re-creates a missing copy",
+            "the new holder releases, keeping the fence key",
+            Release(3, 2, KEEP),
+        ),
+        (
+            "an extension re-creates a missing copy beside a kept fence key",
             Extend(3, 2, 2, run),
         ),
-        ("released again", Release(3, 2)),
+        ("no collect beside a copy", Collect(run)),
+        ("released again, folding", Release(3, 2, FOLD)),
+        ("no collect without a fence key", Collect(run)),
         ("no re-creation below the floor", Extend(1, 4, 1, run)),
         (
             "the test-only \"*\" skips the marker",
@@ -337,7 +444,9 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
                 version: 1,
             }),
         ),
-        ("released", Release(4, 3)),
+        ("released, keeping the fence key", Release(4, 3, KEEP)),
+        ("no collect on another incarnation", Collect(Some(9))),
+        ("a collect folds the kept fence key", Collect(run)),
         (
             "restored: the script reads the fence key, not the floor",
             Restore(Key {
@@ -346,7 +455,10 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
                 version: 4,
             }),
         ),
-        ("released", Release(1, 1)),
+        (
+            "released by an older client (no mode: fold)",
+            Release(1, 1, None),
+        ),
         ("the repair raises the fence key", Raise(5)),
         (
             "below the fence key: a blocker with the fence's token",
@@ -378,72 +490,34 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
             ),
         ),
         ("the new holder extends", Extend(5, 3, 6, run)),
-        ("released", Release(5, 6)),
+        ("released, keeping the fence key", Release(5, 6, KEEP)),
+        (
+            "the next grant counts from the kept fence key",
+            Acquire(6, 6, run, Absent),
+        ),
+        ("a grant above it rewrites it", Acquire(7, 7, run, Absent)),
+        ("released, keeping the fence key", Release(7, 7, KEEP)),
+        ("the test-only \"*\" skips the marker", Collect(None)),
+        ("once", Collect(run)),
         (
             "the node restarted: its marker names the old run",
             SetMarker(Some(0)),
         ),
-        ("a stale marker refuses a grant", Acquire(7, 6, run, Absent)),
-        ("a stale marker refuses an extension", Extend(5, 4, 5, run)),
+        ("a stale marker refuses a grant", Acquire(8, 8, run, Absent)),
+        ("a stale marker refuses an extension", Extend(7, 4, 7, run)),
+        ("a stale marker refuses a collect", Collect(run)),
         ("the marker lost with the data", SetMarker(None)),
-        ("no marker refuses a grant", Acquire(7, 6, run, Absent)),
+        ("no marker refuses a grant", Acquire(8, 8, run, Absent)),
+        ("no marker refuses a collect", Collect(run)),
     ];
     let mut model = Data::default();
-    for (i, (story, call)) in calls.iter().enumerate() {
-        let (modelled, actual) = match *call {
-            Acquire(value, token, expect, ask) => {
-                let m = lock_acquire(&mut model, value, token, expect, ask);
-                let r = real.acquire(value, token, expect, ask, &tokens);
-                (format!("{m:?}"), format!("{r:?}"))
-            }
-            Extend(value, version, token, expect) => {
-                let m = lock_extend(&mut model, value, version, token, expect);
-                let r = real.extend(value, version, token, expect);
-                (m.to_string(), r.to_string())
-            }
-            Release(value, token) => {
-                let m = lock_release(&mut model, value);
-                let r = real.release(value, token);
-                (m.to_string(), r.to_string())
-            }
-            Restore(copy) => {
-                let m = restore_lease(&mut model, copy);
-                let r = real.restore(copy);
-                (m.to_string(), r.to_string())
-            }
-            Raise(fence) => {
-                model.fence = model.fence.max(fence);
-                let _: i64 = real
-                    .raise
-                    .key("rq:repairing")
-                    .arg("*")
-                    .key(FENCE)
-                    .arg(fence)
-                    .invoke(&mut real.con)
-                    .expect("raise.lua runs");
-                (String::new(), String::new())
-            }
-            SetMarker(run) => {
-                match run {
-                    Some(r) => redis::cmd("SET")
-                        .arg(MARKER)
-                        .arg(marker_text(Some(r)))
-                        .query::<()>(&mut real.con),
-                    None => redis::cmd("DEL").arg(MARKER).query::<()>(&mut real.con),
-                }
-                .expect("marker written");
-                model.marker = run;
-                (String::new(), String::new())
-            }
-        };
-        assert_eq!(
-            modelled, actual,
-            "call {i} ({story}, {call:?}): the model's reply differs from the script's"
-        );
-        let stored = real.data();
-        assert_eq!(
-            model, stored,
-            "call {i} ({story}, {call:?}): the model stores something else than the node"
+    for (i, (story, call)) in story.iter().enumerate() {
+        check(
+            &mut real,
+            &mut model,
+            *call,
+            &tokens,
+            &format!("call {i} ({story})"),
         );
     }
     // The resource guard.
@@ -461,4 +535,176 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
             "fenced_set with token {token} ({story}): the model differs from the script"
         );
     }
+}
+
+/// xorshift64*: a fixed seed gives the same sequence on every run (no dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// How often the random sequences reached the branches of the three release modes.
+#[derive(Debug, Default)]
+struct Reached {
+    calls: u32,
+    granted: u32,
+    kept: u32,
+    folded: u32,
+    collected: u32,
+    collect_refused: u32,
+    collect_beside_copy: u32,
+    collect_without_fence: u32,
+}
+
+/// A call drawn from the node's current state (the model's, equal to the node's): fresh
+/// values for acquisitions (their tokens around the fence, recorded in `tokens`), the held
+/// value or an older one for extensions and releases, each release mode, collects, and now
+/// and then a raise, a restore or a marker change.
+fn draw(rng: &mut Rng, d: &Data, tokens: &mut [u8; 256], next: &mut u8) -> Call {
+    let run = Some(1);
+    let expect = match rng.below(20) {
+        0 => None,
+        1 => Some(9),
+        _ => run,
+    };
+    let base = d.fence.max(d.floor);
+    // A value this node may hold or have held: the held one (not a blocker, which no client
+    // holds) or any issued before.
+    let held = d.key.map(|k| k.value).filter(|&v| v != BLOCKER);
+    let issued = *next - 1;
+    let some_value = |rng: &mut Rng| match held {
+        Some(v) if rng.chance(70) => v,
+        _ => 1 + rng.below(u64::from(issued)) as u8,
+    };
+    // Nothing issued yet: an acquisition first (the other calls name an issued value).
+    let r = if issued == 0 { 0 } else { rng.below(100) };
+    if r < 35 {
+        let value = *next;
+        *next += 1;
+        // At, just above, or (rarely) below the fence: refused, granted, refused.
+        let token = match rng.below(10) {
+            0 => base.saturating_sub(1),
+            1..=3 => base,
+            _ => base + 1,
+        }
+        .max(1);
+        tokens[value as usize] = token;
+        let ask = match (d.key, rng.below(3)) {
+            (_, 0) => Ask::Read,
+            (Some(k), _) => Ask::Swap {
+                value: k.value,
+                version: k.version + u8::from(rng.chance(10)),
+            },
+            (None, _) => Ask::Absent,
+        };
+        return Call::Acquire(value, token, expect, ask);
+    }
+    if r < 48 {
+        let value = some_value(rng);
+        let version = 1 + rng.below(4) as u8;
+        return Call::Extend(value, version, tokens[value as usize], expect);
+    }
+    if r < 76 {
+        let value = some_value(rng);
+        let mode = match rng.below(5) {
+            0 => None,
+            1 | 2 => Some(Release::Fold),
+            _ => Some(Release::Keep),
+        };
+        return Call::Release(value, tokens[value as usize], mode);
+    }
+    if r < 92 {
+        return Call::Collect(expect);
+    }
+    if r < 95 {
+        return Call::Raise(base + 1 + rng.below(2) as u8);
+    }
+    if r < 98 {
+        let value = 1 + rng.below(u64::from(issued)) as u8;
+        return Call::Restore(Key {
+            value,
+            token: tokens[value as usize],
+            version: 1 + rng.below(3) as u8,
+        });
+    }
+    Call::SetMarker(match rng.below(10) {
+        0 => None,
+        1 | 2 => Some(0),
+        _ => run,
+    })
+}
+
+#[test]
+fn the_lease_models_node_steps_answer_as_the_lease_scripts_do_on_random_sequences() {
+    let (_nodes, mut real) = start();
+    let mut reached = Reached::default();
+    for seed in [0x5eed_0001_u64, 0x5eed_0002, 0x5eed_0003, 0x5eed_0004] {
+        redis::cmd("FLUSHALL")
+            .query::<()>(&mut real.con)
+            .expect("FLUSHALL");
+        let mut rng = Rng(seed);
+        let mut model = Data::default();
+        check(
+            &mut real,
+            &mut model,
+            Call::SetMarker(Some(1)),
+            &[],
+            "the node is verified",
+        );
+        let mut tokens = [0u8; 256];
+        let mut next = 1u8;
+        for i in 0..250 {
+            // Values and tokens are u8 in the model: stop well before either runs out.
+            if next > 200 || model.fence.max(model.floor) > 200 {
+                break;
+            }
+            let before = model;
+            let call = draw(&mut rng, &model, &mut tokens, &mut next);
+            check(
+                &mut real,
+                &mut model,
+                call,
+                &tokens,
+                &format!("seed {seed:#x}, call {i} (state before: {before:?})"),
+            );
+            let changed = model != before;
+            reached.calls += 1;
+            if matches!(call, Call::Acquire(..)) && changed {
+                reached.granted += 1;
+            }
+            match call {
+                Call::Release(_, _, Some(Release::Keep)) if changed => reached.kept += 1,
+                Call::Release(_, _, _) if changed => reached.folded += 1,
+                Call::Collect(_) if changed => reached.collected += 1,
+                Call::Collect(e) if e.is_some() && before.marker != e => {
+                    reached.collect_refused += 1
+                }
+                Call::Collect(_) if before.key.is_some() && before.fence > 0 => {
+                    reached.collect_beside_copy += 1
+                }
+                Call::Collect(_) if before.key.is_none() => reached.collect_without_fence += 1,
+                _ => {}
+            }
+        }
+    }
+    println!("random sequences reached: {reached:?}");
+    assert!(
+        reached.kept > 0
+            && reached.folded > 0
+            && reached.collected > 0
+            && reached.collect_refused > 0
+            && reached.collect_beside_copy > 0
+            && reached.collect_without_fence > 0,
+        "the random sequences missed a branch of lock_release.lua's modes: {reached:?}"
+    );
 }

@@ -35,6 +35,11 @@ fn leases_stay_exclusive_when_a_node_is_flushed_and_repaired() {
     passes("leases, flush", LeaseModel::ci_flush());
 }
 
+#[test]
+fn leases_stay_exclusive_when_kept_fences_are_collected_around_a_flush_and_repair() {
+    passes("leases, collect", LeaseModel::ci_collect());
+}
+
 // The exhaustive tier: one of the two largest passes (hundreds of millions of states; 315 s
 // and 174 s alone on 2 cores on 2026-11-28). `scripts/model.sh` runs it; CI runs every other
 // set and its planted bugs; this set's own two counterexamples are in this tier too.
