@@ -1118,14 +1118,16 @@ async fn copies_left_by_dropped_attempts(undo: bool) -> usize {
         config = config.with_dropped_rounds_left_for_tests();
     }
     let client = common::connect(config).await.expect("connects");
-    for node in cluster.nodes() {
-        node.set_latency(Duration::from_millis(30));
-    }
-    // One whole cycle first, so the nodes hold the script: a first call's NOSCRIPT, SCRIPT
-    // LOAD and retry take three round trips, and a caller gone by the second never sends it.
+    // One whole cycle first, before the latency, so the nodes hold the script: a first call's
+    // NOSCRIPT, SCRIPT LOAD and retry take three round trips, and a caller gone by the second
+    // never sends it (with the latency on, those three round trips once outlasted the per-node
+    // deadline on a loaded CI machine).
     let warm = Lock::new(&client, "warm-up", Duration::from_secs(10)).expect("valid");
     let guard = warm.try_acquire().await.expect("a free lock is granted");
     guard.release().await.expect("released");
+    for node in cluster.nodes() {
+        node.set_latency(Duration::from_millis(30));
+    }
     for i in 0..5 {
         let lock =
             Lock::new(&client, &format!("dropped-{i}"), Duration::from_secs(10)).expect("valid");
