@@ -134,15 +134,7 @@ async fn fences_of_released_locks_are_collected_and_tokens_still_increase() {
     }
     for i in 0..3 {
         let mut con = cluster.node(i).direct_connection().await;
-        let (_, fences): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(0)
-            .arg("MATCH")
-            .arg("rq:fence:*")
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(&mut con)
-            .await
-            .expect("SCAN");
+        let fences = keys_matching(&mut con, "rq:fence:*").await;
         assert!(
             fences.is_empty(),
             "node {i} keeps fence keys of released locks: {fences:?}"
@@ -172,15 +164,7 @@ async fn fence_and_floors(cluster: &Cluster, key: &str) -> Vec<(bool, u64)> {
             .query_async(&mut con)
             .await
             .expect("EXISTS");
-        let (_, floors): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(0)
-            .arg("MATCH")
-            .arg("rq:floor:*")
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(&mut con)
-            .await
-            .expect("SCAN");
+        let floors = keys_matching(&mut con, "rq:floor:*").await;
         let mut highest = 0;
         for f in floors {
             let v: Option<u64> = redis::cmd("GET")
@@ -241,4 +225,18 @@ async fn a_lock_cycled_again_and_again_keeps_its_fence_between_cycles_and_folds_
         again.token()
     );
     again.release().await.expect("released");
+}
+
+/// The keys matching `pattern` on one node (one SCAN pass: the test nodes hold few keys).
+async fn keys_matching(con: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(10_000)
+        .query_async(con)
+        .await
+        .expect("SCAN");
+    keys
 }
