@@ -276,7 +276,11 @@ async fn crash_to_active(n_units: usize, n_members: usize, rounds: usize) {
     tokio::time::sleep(interval * 2).await;
     let window = calls::measure(&urls, n_members, interval * 8).await;
     let per_member = window.per_member();
-    println!("{n_units} x {n_members} | {per_member:.1} node calls/s per member (steady, 3 nodes)");
+    let cpu = window.node_cpu_ms_per_member();
+    println!(
+        "{n_units} x {n_members} | {per_member:.1} node calls/s per member (steady, 3 nodes); \
+         nodes' CPU {cpu:.2} ms/s per member"
+    );
     window.print_breakdown("    ");
     let (mut member_t, mut leader_t) = (Vec::new(), Vec::new());
     for round in 0..rounds * 2 {

@@ -97,7 +97,10 @@ async fn main() {
     for n in counts {
         summary.push(group_of(&urls, n, rounds, &opts, interval).await);
     }
-    println!("\n  members | node calls/member/s | member crash -> active | leader crash -> active (intervals)");
+    println!(
+        "\n  members | node calls/member/s | nodes' CPU ms/s per member | member crash -> active | \
+         leader crash -> active (intervals)"
+    );
     for line in summary {
         println!("  {line}");
     }
@@ -132,7 +135,11 @@ async fn group_of(
     tokio::time::sleep(interval * 2).await;
     let window = calls::measure(urls, n, interval * 8).await;
     let per_member = window.per_member();
-    println!("  {n:>2} members: {per_member:.1} node calls/s per member (steady, 3 nodes)");
+    let cpu = window.node_cpu_ms_per_member();
+    println!(
+        "  {n:>2} members: {per_member:.1} node calls/s per member (steady, 3 nodes); nodes' CPU \
+         {cpu:.2} ms/s per member"
+    );
     window.print_breakdown("    ");
     let iv = |d: Option<Duration>| {
         d.map(|d| format!("{:.2}", d.as_secs_f64() / interval.as_secs_f64()))
@@ -188,5 +195,5 @@ async fn group_of(
     for m in ms {
         m.leave().await;
     }
-    format!("{n:>7} | {per_member:>19.1} | {member:>22} | {leader}")
+    format!("{n:>7} | {per_member:>19.1} | {cpu:>26.2} | {member:>22} | {leader}")
 }

@@ -95,6 +95,8 @@ pub struct Window {
     pub nodes: usize,
     /// Every node's commands summed (INFO excluded).
     pub calls: u64,
+    /// Every node's CPU seconds summed (its idle work included: `serverCron` at `hz 10`).
+    pub node_cpu_s: f64,
     /// Per command, summed over the nodes.
     pub by_command: BTreeMap<String, u64>,
     /// Quorum operations by kind (each sent to every node).
@@ -119,7 +121,9 @@ pub async fn measure(urls: &[String], members: usize, window: Duration) -> Windo
     let secs = t.elapsed().as_secs_f64();
     let last = snapshot(urls).await;
     let mut by_command: BTreeMap<String, u64> = BTreeMap::new();
+    let mut node_cpu_s = 0.0;
     for (f, l) in first.iter().zip(&last) {
+        node_cpu_s += (l.cpu_s - f.cpu_s).max(0.0);
         for (k, (n, _)) in &l.calls {
             if k == "info" {
                 continue;
@@ -133,6 +137,7 @@ pub async fn measure(urls: &[String], members: usize, window: Duration) -> Windo
         members,
         nodes: urls.len(),
         calls: by_command.values().sum(),
+        node_cpu_s,
         by_command,
         operations,
     }
@@ -142,6 +147,14 @@ impl Window {
     /// Node calls per member per second, summed over the nodes.
     pub fn per_member(&self) -> f64 {
         self.calls as f64 / self.secs / self.members as f64
+    }
+
+    /// The nodes' CPU per member, in milliseconds per second, summed over the nodes (`INFO
+    /// cpu`): what the calls cost them. A count of commands alone would reward moving reads
+    /// into a script, which costs a node about three times a transaction's CPU. Each server's
+    /// idle work is in it too.
+    pub fn node_cpu_ms_per_member(&self) -> f64 {
+        1000.0 * self.node_cpu_s / self.secs / self.members as f64
     }
 
     fn rate(&self, n: u64) -> f64 {

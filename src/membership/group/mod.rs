@@ -447,7 +447,9 @@ fn leader_election(
         client,
         group.as_str(),
         interval,
-        LockOptions::default().with_holder(&candidate),
+        LockOptions::default()
+            .with_holder(&candidate)
+            .extending_at_half_ttl(),
         kinds.lock,
         kinds.fence,
     )?;
