@@ -85,12 +85,11 @@ pub(super) fn signal_margin(ttl: Duration) -> Duration {
     ttl / 50 + Duration::from_millis(1)
 }
 
-/// When the next extension is due: `1/every` of the TTL after a success (a third by default,
-/// half for a group's leader lease, see [`LockOptions`](super::LockOptions)), soon (a tenth of
-/// the TTL, at least 5 ms) after a failure, well before the deadline.
-pub(super) fn next_extension(now: Instant, ttl: Duration, every: u32, succeeded: bool) -> Instant {
+/// When the next extension is due: a third of the TTL after a success, soon (a tenth of the
+/// TTL, at least 5 ms) after a failure, well before the deadline.
+pub(super) fn next_extension(now: Instant, ttl: Duration, succeeded: bool) -> Instant {
     if succeeded {
-        now + ttl / every.max(2)
+        now + ttl / 3
     } else {
         now + (ttl / 10).max(Duration::from_millis(5))
     }
@@ -336,12 +335,10 @@ mod tests {
     fn extensions_are_due_a_third_of_the_ttl_apart_and_retried_sooner() {
         let now = Instant::now();
         let ttl = 3000 * MS;
-        assert_eq!(next_extension(now, ttl, 3, true), now + 1000 * MS);
-        assert_eq!(next_extension(now, ttl, 2, true), now + 1500 * MS);
-        assert_eq!(next_extension(now, ttl, 3, false), now + 300 * MS);
-        assert_eq!(next_extension(now, ttl, 2, false), now + 300 * MS);
+        assert_eq!(next_extension(now, ttl, true), now + 1000 * MS);
+        assert_eq!(next_extension(now, ttl, false), now + 300 * MS);
         assert_eq!(
-            next_extension(now, 20 * MS, 3, false),
+            next_extension(now, 20 * MS, false),
             now + 5 * MS,
             "at least 5 ms"
         );

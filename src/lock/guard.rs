@@ -356,12 +356,12 @@ pub(super) async fn extend_once(
     }
 }
 
-/// Extends at about TTL/3 (TTL/2 for a group's leader lease) and signals loss no later than the
-/// validity deadline (the schedule is [`decide::tick`]).
+/// Extends at about TTL/3 and signals loss no later than the validity deadline (the schedule
+/// is [`decide::tick`]).
 pub(super) async fn watchdog(shared: Arc<LeaseShared>) {
     let lock = shared.lock.inner.clone();
     let mut last_failure: Option<LossReason> = None;
-    let mut next_extend = decide::next_extension(Instant::now(), lock.ttl, lock.extend_every, true);
+    let mut next_extend = decide::next_extension(Instant::now(), lock.ttl, true);
     let margin = decide::signal_margin(lock.ttl);
     loop {
         let times = shared.times();
@@ -405,12 +405,12 @@ pub(super) async fn watchdog(shared: Arc<LeaseShared>) {
                 match attempt {
                     Some(Ok(())) => {
                         last_failure = None;
-                        next_extend = decide::next_extension(Instant::now(), lock.ttl, lock.extend_every, true);
+                        next_extend = decide::next_extension(Instant::now(), lock.ttl, true);
                     }
                     Some(Err(LossReason::Conflict)) => return,
                     Some(Err(other)) => {
                         last_failure = Some(other);
-                        next_extend = decide::next_extension(Instant::now(), lock.ttl, lock.extend_every, false);
+                        next_extend = decide::next_extension(Instant::now(), lock.ttl, false);
                     }
                     None => {
                         return shared.signal(last_failure.take().unwrap_or(LossReason::Expired));

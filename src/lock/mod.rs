@@ -207,8 +207,6 @@ struct LockInner {
     ttl: Duration,
     node_deadline: Duration,
     auto_extend: bool,
-    /// The watchdog extends every TTL/`extend_every` (3, or 2 for a group's leader lease).
-    extend_every: u32,
     max_hold: Option<Duration>,
     max_extensions: Option<u32>,
     min_validity: Duration,
@@ -254,8 +252,6 @@ pub struct LockOptions {
     max_extensions: Option<u32>,
     node_timeout: Option<Duration>,
     holder: String,
-    /// Extend every TTL/`extend_every` (0: the default, 3).
-    extend_every: u32,
 }
 
 impl LockOptions {
@@ -286,14 +282,6 @@ impl LockOptions {
     /// other nodes, so a reply counted later could be a grant the repaired node forgot.
     pub fn with_node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = Some(d.max(Duration::from_millis(1)));
-        self
-    }
-
-    /// Extend at half the TTL instead of a third: a group's leader lease, whose TTL is one
-    /// interval, so that its extensions cost a third fewer node calls while a retry still has
-    /// half the TTL to succeed in.
-    pub(crate) fn extending_at_half_ttl(mut self) -> Self {
-        self.extend_every = 2;
         self
     }
 
@@ -382,10 +370,6 @@ impl Lock {
                 ttl,
                 node_deadline,
                 auto_extend: !options.manual_extend,
-                extend_every: match options.extend_every {
-                    0 => 3,
-                    n => n,
-                },
                 max_hold: options.max_hold,
                 max_extensions: options.max_extensions,
                 min_validity: ttl / 2,

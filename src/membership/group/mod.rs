@@ -447,9 +447,7 @@ fn leader_election(
         client,
         group.as_str(),
         interval,
-        LockOptions::default()
-            .with_holder(&candidate)
-            .extending_at_half_ttl(),
+        LockOptions::default().with_holder(&candidate),
         kinds.lock,
         kinds.fence,
     )?;
