@@ -1095,6 +1095,8 @@ fn spawn_piped(nodes: &str, args: &[&str]) -> tokio::process::Child {
         .args(args)
         .env_remove("REDQUORUM_NODES")
         .env_remove("REDQUORUM_CLUSTER")
+        // Its log goes to this test's output (shown when the test fails).
+        .env("REDQUORUM_LOG", "redquorum=debug,redquorum_cli=debug")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -1122,13 +1124,42 @@ fn signal(child: &tokio::process::Child, sig: nix::sys::signal::Signal) {
 }
 
 async fn exit_code(child: &mut tokio::process::Child) -> Option<i32> {
-    // A watcher leaves its group before it exits (quorum writes): on a loaded 2-core CI machine
-    // that once took over 10 s.
-    tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .expect("exits within 20 s")
-        .unwrap()
-        .code()
+    // A watcher leaves its group before it exits (quorum writes, each bounded by the 250 ms node
+    // timeout): on a loaded 2-core CI machine that once took over 10 s, and once over 20 s
+    // (not reproduced: its threads' states are printed when it happens again, and its debug
+    // log, from `spawn_piped`, is in the test's output).
+    let pid = child.id();
+    match tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
+        Ok(status) => status.unwrap().code(),
+        Err(_) => panic!(
+            "did not exit within 20 s of the signal; its threads (name, state, kernel wait):\n{}",
+            pid.map(threads_of).unwrap_or_default()
+        ),
+    }
+}
+
+/// Each thread of process `pid`: its name, its state and where in the kernel it waits (a
+/// runtime's shutdown waiting on a blocked thread shows as futex waits, an async wait as epoll).
+fn threads_of(pid: u32) -> String {
+    let dir = format!("/proc/{pid}/task");
+    let Ok(tasks) = std::fs::read_dir(&dir) else {
+        return format!("({dir} unreadable)");
+    };
+    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    tasks
+        .flatten()
+        .map(|t| {
+            let stat = read(t.path().join("stat"));
+            let state = stat.rsplit_once(')').map_or("?", |(_, r)| r.trim());
+            let state = state.split_whitespace().next().unwrap_or("?");
+            format!(
+                "  {} {state} {}",
+                read(t.path().join("comm")).trim(),
+                read(t.path().join("wchan")).trim()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn json(line: &str) -> serde_json::Value {
