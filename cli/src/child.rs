@@ -60,6 +60,8 @@ pub(crate) async fn supervise(
             ))
         }
     };
+    // Our own SIGTERM/SIGINT is caught from before the child starts (`stop_signal`).
+    let stop = stop_signal();
     let mut child = match tokio::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -101,7 +103,7 @@ pub(crate) async fn supervise(
             kill_group(Signal::SIGKILL); // grandchildren that outlived the child
             Ok(Ended::LeaseLost)
         }
-        code = stop_signal() => {
+        code = stop => {
             kill_group(Signal::SIGTERM);
             stop_within_lease(&mut child, guard, kill_group).await;
             Ok(Ended::Stopped(code))
@@ -128,20 +130,38 @@ async fn stop_within_lease(
     let _ = child.wait().await;
 }
 
-/// Until SIGINT or SIGTERM; the exit code that reports it (130 or 143).
-pub(crate) async fn stop_signal() -> u8 {
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match sigterm.as_mut() {
-            Some(s) => {
-                s.recv().await;
+/// A [`stop_signal`] kept across the phases of one command.
+pub(crate) type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = u8> + Send>>;
+
+/// Until SIGINT or SIGTERM; the exit code that reports it (130 or 143). Both handlers are
+/// installed when this is called, not when the future is first polled: a signal that arrives
+/// before the future's first poll (a watcher is signalled right after its first output line)
+/// is then caught, where a lazy registration let it kill the process without leaving, or fall
+/// between the handler's installation and its listener and be lost (the process never stopped).
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = u8> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    async move {
+        let term = async {
+            match sigterm.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            None => std::future::pending::<()>().await,
+        };
+        let int = async {
+            match sigint.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = int => 130,
+            _ = term => 143,
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => 130,
-        _ = term => 143,
     }
 }

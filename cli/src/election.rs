@@ -190,6 +190,7 @@ async fn elect(
     client: &Client,
     name: &str,
     candidacy: &Candidacy,
+    stop: &mut child::Stop,
 ) -> Result<Elected, redquorum::Error> {
     let candidate = candidacy.candidate.clone().unwrap_or_else(default_id);
     let election = Election::new(client, name, candidacy.ttl, &candidate)?;
@@ -205,7 +206,7 @@ async fn elect(
             eprintln!("redquorum: not elected in {name:?} within the --wait time");
             Ok(Elected::NotInTime)
         }
-        code = child::stop_signal() => Ok(Elected::Stopped(code)),
+        code = stop => Ok(Elected::Stopped(code)),
     }
 }
 
@@ -215,7 +216,9 @@ async fn campaign(
     candidacy: &Candidacy,
     format: Format,
 ) -> Result<ExitCode, redquorum::Error> {
-    let (election, leadership) = match elect(client, name, candidacy).await? {
+    // One listener for the whole command: a signal right after the leader line is caught.
+    let mut stop: child::Stop = Box::pin(child::stop_signal());
+    let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
         Elected::Stopped(_) => return Ok(ExitCode::SUCCESS),
@@ -229,7 +232,7 @@ async fn campaign(
             let _ = leadership.resign().await;
             Ok(ExitCode::from(4))
         }
-        _ = child::stop_signal() => {
+        _ = stop => {
             let _ = leadership.resign().await;
             Ok(ExitCode::SUCCESS)
         }
@@ -242,11 +245,15 @@ async fn run_elected(
     candidacy: &Candidacy,
     command: &[String],
 ) -> Result<ExitCode, redquorum::Error> {
-    let (election, leadership) = match elect(client, name, candidacy).await? {
+    let mut stop: child::Stop = Box::pin(child::stop_signal());
+    let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
         Elected::Stopped(code) => return Ok(ExitCode::from(code)),
     };
+    // Kept until the command ends, so that no signal falls between this listener and the
+    // supervisor's (each listener sees every signal; the supervisor's acts on it).
+    let _stop = stop;
     let env = [
         (
             "REDQUORUM_FENCING_TOKEN",
