@@ -165,3 +165,21 @@ pub(crate) fn stop_signal() -> impl std::future::Future<Output = u8> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A signal that comes after the stop future is made but before it is first polled (a
+    /// watcher signalled right after its first output line) is caught, not fatal or lost. With
+    /// the handlers installed on the first poll, SIGTERM here kills the test process.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_signal_before_the_stop_future_is_first_polled_is_caught() {
+        let stop = stop_signal();
+        nix::sys::signal::raise(Signal::SIGTERM).expect("raise SIGTERM");
+        let code = tokio::time::timeout(Duration::from_secs(5), stop)
+            .await
+            .expect("the SIGTERM raised before the first poll must end the stop future");
+        assert_eq!(code, 143, "SIGTERM reports 143");
+    }
+}
