@@ -436,9 +436,17 @@ fn install_metrics() -> Result<metrics_exporter_prometheus::PrometheusHandle, St
 }
 
 /// Until SIGINT/SIGTERM; then end every session of `stopping` and wait (up to 10 s) for them
-/// to end: the graceful shutdown of the server.
-async fn shutdown(stopping: Arc<Shared>) {
-    crate::child::stop_signal().await;
+/// to end: the graceful shutdown of the server. The signal handlers are installed when this is
+/// called, before the URL is printed (`child::stop_signal`).
+fn shutdown(stopping: Arc<Shared>) -> impl std::future::Future<Output = ()> {
+    let stop = crate::child::stop_signal();
+    async move {
+        stop.await;
+        stopped(stopping).await;
+    }
+}
+
+async fn stopped(stopping: Arc<Shared>) {
     tracing::info!("serve: stopping: ending every session");
     stopping.sessions.shutdown.cancel();
     let drained = async {
