@@ -34,8 +34,11 @@ pub(crate) async fn run_while_held(
     name: &str,
     command: &[String],
     env: &[(&str, String)],
+    stop: Stop,
 ) -> Result<ExitCode, redquorum::Error> {
-    supervise(guard, name, command, env).await.map(Ended::code)
+    supervise(guard, name, command, env, stop)
+        .await
+        .map(Ended::code)
 }
 
 /// Run `command` while `guard`'s lease is held, with `env` added to its environment, in a
@@ -43,12 +46,15 @@ pub(crate) async fn run_while_held(
 /// it); on loss of the lease the group gets SIGTERM, then SIGKILL once the remaining validity
 /// is used up ([`Ended::LeaseLost`], code 4); on our own SIGTERM/SIGINT the group gets SIGTERM,
 /// 5 s (never past the lease) to end, then SIGKILL ([`Ended::Stopped`], 143/130). The caller
-/// releases the lease afterwards.
+/// releases the lease afterwards. `stop` is the caller's listener for our own signals (made
+/// before the child starts, and before anything the caller waited for: a signal between two
+/// listeners would be lost).
 pub(crate) async fn supervise(
     guard: &LockGuard,
     name: &str,
     command: &[String],
     env: &[(&str, String)],
+    stop: Stop,
 ) -> Result<Ended, redquorum::Error> {
     use std::os::unix::process::ExitStatusExt;
 
@@ -60,8 +66,6 @@ pub(crate) async fn supervise(
             ))
         }
     };
-    // Our own SIGTERM/SIGINT is caught from before the child starts (`stop_signal`).
-    let stop = stop_signal();
     let mut child = match tokio::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -136,8 +140,9 @@ pub(crate) type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = u8> + 
 /// Until SIGINT or SIGTERM; the exit code that reports it (130 or 143). Both handlers are
 /// installed when this is called, not when the future is first polled: a signal that arrives
 /// before the future's first poll (a watcher is signalled right after its first output line)
-/// is then caught, where a lazy registration let it kill the process without leaving, or fall
-/// between the handler's installation and its listener and be lost (the process never stopped).
+/// is then caught, where a lazy registration let the default action kill the process without
+/// leaving or resigning. Keep one listener per command: a signal that comes after one listener
+/// was last polled and before the next is made is seen by neither.
 pub(crate) fn stop_signal() -> impl std::future::Future<Output = u8> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate()).ok();

@@ -251,9 +251,7 @@ async fn run_elected(
         Elected::NotInTime => return Ok(ExitCode::from(3)),
         Elected::Stopped(code) => return Ok(ExitCode::from(code)),
     };
-    // Kept until the command ends, so that no signal falls between this listener and the
-    // supervisor's (each listener sees every signal; the supervisor's acts on it).
-    let _stop = stop;
+
     let env = [
         (
             "REDQUORUM_FENCING_TOKEN",
@@ -262,7 +260,7 @@ async fn run_elected(
         ("REDQUORUM_LOCK_NAME", name.to_string()),
         ("REDQUORUM_CANDIDATE", election.candidate().to_string()),
     ];
-    let code = child::run_while_held(leadership.guard(), name, command, &env).await;
+    let code = child::run_while_held(leadership.guard(), name, command, &env, stop).await;
     let _ = leadership.resign().await;
     code
 }

@@ -118,7 +118,15 @@ pub(crate) async fn run(client: &Client, command: JobCommand) -> Result<ExitCode
         ("REDQUORUM_LOCK_NAME", name.clone()),
         ("REDQUORUM_JOB_PERIOD", period.clone()),
     ];
-    let ended = match child::supervise(run.guard(), &name, &command, &env).await {
+    let ended = match child::supervise(
+        run.guard(),
+        &name,
+        &command,
+        &env,
+        Box::pin(child::stop_signal()),
+    )
+    .await
+    {
         Ok(ended) => ended,
         Err(e) => {
             run.abandon().await;

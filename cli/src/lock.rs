@@ -136,7 +136,8 @@ async fn lock_run(
         ("REDQUORUM_FENCING_TOKEN", guard.token().to_string()),
         ("REDQUORUM_LOCK_NAME", name.to_string()),
     ];
-    let code = child::run_while_held(&guard, name, command, &env).await;
+    let code =
+        child::run_while_held(&guard, name, command, &env, Box::pin(child::stop_signal())).await;
     let _ = guard.release().await;
     code
 }
