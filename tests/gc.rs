@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, init_tracing};
+use common::{client, eventually, init_tracing, keys_matching};
 use redquorum::{GroupOptions, Member};
 use redquorum::{JobOptions, JobOutcome, PeriodicJob};
 use redquorum_testkit::Cluster;
@@ -225,18 +225,4 @@ async fn a_lock_cycled_again_and_again_keeps_its_fence_between_cycles_and_folds_
         again.token()
     );
     again.release().await.expect("released");
-}
-
-/// The keys matching `pattern` on one node (one SCAN pass: the test nodes hold few keys).
-async fn keys_matching(con: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(0)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(10_000)
-        .query_async(con)
-        .await
-        .expect("SCAN");
-    keys
 }

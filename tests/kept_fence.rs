@@ -16,7 +16,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, init_tracing};
+use common::{client, eventually, init_tracing, keys_matching};
 use redquorum::Lock;
 use redquorum_testkit::Cluster;
 
@@ -100,20 +100,6 @@ async fn states_printed(
         *seen = text;
     }
     now
-}
-
-/// The keys matching `pattern` on one node (one SCAN pass: the test nodes hold few keys).
-async fn keys_matching(con: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(0)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(10_000)
-        .query_async(con)
-        .await
-        .expect("SCAN");
-    keys
 }
 
 /// One cycle: acquire (the lock is free: it must be granted), record the token, release.

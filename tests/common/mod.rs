@@ -281,3 +281,20 @@ pub async fn evalsha_calls(node: &redquorum_testkit::TestNode) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// The keys matching `pattern` on one node (one SCAN pass: the test nodes hold few keys).
+pub async fn keys_matching(
+    con: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+) -> Vec<String> {
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(10_000)
+        .query_async(con)
+        .await
+        .expect("SCAN");
+    keys
+}
