@@ -50,6 +50,21 @@ pub enum Error {
         /// How long it waited.
         waited: std::time::Duration,
     },
+    /// A majority granted the lease, but its answers came too late to leave at least half the
+    /// lease time: the nodes or the network are slow. The grant was released; nothing is held,
+    /// and nobody else was seen holding it (unlike [`LockHeld`](Error::LockHeld) and
+    /// [`Timeout`](Error::Timeout)). Retryable.
+    #[error(
+        "{op}: a majority granted it, but only after {took:?}, which leaves less than half \
+         the lease time: the nodes or the network are too slow (nothing is held; try again, \
+         or use a longer lease)"
+    )]
+    TooSlow {
+        /// The operation.
+        op: &'static str,
+        /// How long the round took, from sending to the majority's answers.
+        took: std::time::Duration,
+    },
     /// The lease was lost while the guarded work ran; the work was cancelled.
     #[error("lease on {name:?} lost: {reason}")]
     LeaseLost {
@@ -93,7 +108,10 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::Exhausted { .. } => false,
             Error::Contended { .. } | Error::Unfinished { .. } | Error::Internal(_) => true,
-            Error::LockHeld { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => false,
+            Error::LockHeld { .. }
+            | Error::Timeout { .. }
+            | Error::TooSlow { .. }
+            | Error::LeaseLost { .. } => false,
         }
     }
 
@@ -106,6 +124,7 @@ impl Error {
             | Error::Contended { .. }
             | Error::LockHeld { .. }
             | Error::Timeout { .. }
+            | Error::TooSlow { .. }
             | Error::Unfinished { .. } => true,
             Error::Config(_)
             | Error::Name(_)

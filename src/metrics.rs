@@ -234,7 +234,8 @@ pub(crate) fn lease_acquisition<T>(result: &Result<T, Error>) {
         Ok(_) => "granted",
         Err(Error::LockHeld { .. }) => "held",
         Err(Error::NoQuorum(_)) => "no_quorum",
-        Err(Error::Timeout { .. }) => "timeout",
+        // `timeout` names an attempt's answers too slow to leave enough validity.
+        Err(Error::Timeout { .. } | Error::TooSlow { .. }) => "timeout",
         Err(Error::Contended { .. }) => "contended",
         Err(_) => "error",
     };

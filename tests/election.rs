@@ -269,6 +269,57 @@ async fn a_failed_period_is_not_recorded_and_the_next_instance_runs_it() {
     );
 }
 
+/// A cron one-shot whose lease the nodes grant too late (80 ms each way to every node, for a
+/// 200 ms lease whose requests may take up to 250 ms: half the TTL is gone before the
+/// majority's answers arrive; with the default per-node deadline, a client frozen or starved
+/// mid-round does the same) is told so, with an error to retry. It must not hear "another instance holds the job" (`NotLeader`): every
+/// host's cron would believe another host runs the period, and none would run it. Nothing is
+/// left held: once the nodes are fast again, the next one-shot runs the period at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_granted_too_late_is_an_error_to_retry_not_another_holder() {
+    use redquorum::{Error, JobOptions, LockOptions, PeriodStart};
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let options = JobOptions::default()
+        .with_lock(LockOptions::default().with_node_timeout(Duration::from_millis(250)));
+    let job = PeriodicJob::with_options(
+        &client(cluster.urls()).await,
+        "nightly",
+        Duration::from_millis(200),
+        options,
+    )
+    .unwrap();
+    let latency = |d| (0..3).for_each(|i| cluster.node(i).set_latency(d));
+    // One run first, at full speed: the nodes load the scripts (a first call's NOSCRIPT
+    // would cost a second round trip).
+    let Ok(PeriodStart::Due(warm_up)) = job.begin_period("warm-up", Duration::ZERO).await else {
+        panic!("the job is free and due");
+    };
+    warm_up.abandon().await;
+
+    latency(Duration::from_millis(80));
+    let slow = job.begin_period("2026-11-28", Duration::ZERO).await;
+    assert!(
+        matches!(&slow, Err(Error::TooSlow { .. })),
+        "a grant that came too late is an error to retry, not another holder: {slow:?}"
+    );
+    let e = slow.err().unwrap();
+    assert!(e.is_retryable() && !e.is_outcome_unknown(), "{e:?}");
+
+    latency(Duration::ZERO);
+    let started = Instant::now();
+    let due = job.begin_period("2026-11-28", Duration::ZERO).await;
+    assert!(
+        matches!(due, Ok(PeriodStart::Due(_))),
+        "the slow round was released, so the next one-shot runs the period: {due:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(180),
+        "at once, not after waiting out a leftover lease: {:?}",
+        started.elapsed()
+    );
+}
+
 /// One term's work as a `lead` loop ran it.
 #[derive(Clone, Debug)]
 struct TermWork {

@@ -34,7 +34,8 @@ Exit codes:
   1        check: not every node is reachable and safe, or the Redis user lacks a permission
            the checked features need; lock holder: no holder;
            cluster show: no cluster descriptor readable yet
-  2        error: bad input or option (usage errors too), no majority, I/O
+  2        error: bad input or option (usage errors too), no majority, nodes too slow to
+           grant a lease in time (nobody holds it: retry), I/O
   3        lock run: lock not acquired (held, or --wait elapsed); election run/campaign: not
            elected within --wait; job run: another host holds the job (command not run)
   4        lock run, election run/campaign, job run: the lease (leadership) was lost; the

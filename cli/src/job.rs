@@ -39,7 +39,8 @@ pub(crate) enum JobCommand {
     /// job NAME by token T` on stdout when P was recorded already (by the run with token T);
     /// 3 when another host holds the job's lease (CMD not run); 4 if the lease was lost;
     /// 130/143 on SIGINT/SIGTERM; 2 on errors, also when CMD exited 0 but the record did not
-    /// reach a majority (P may run again).
+    /// reach a majority (P may run again), and when the nodes granted the lease too late to
+    /// leave half its TTL (nobody holds it: CMD not run, the next run retries).
     Run {
         /// The job name.
         name: String,

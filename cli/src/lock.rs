@@ -28,7 +28,9 @@ pub(crate) enum LockCommand {
     /// Run CMD only while holding lock NAME. The child gets REDQUORUM_FENCING_TOKEN and
     /// REDQUORUM_LOCK_NAME; if the lease is lost, the child's whole process group gets SIGTERM,
     /// then SIGKILL once the remaining validity is used up. Exit code: the child's (128+signal if
-    /// it was killed by one); 3 if the lock was not acquired; 4 if the lease was lost; 2 on errors.
+    /// it was killed by one); 3 if the lock was not acquired (held, or the wait ended while it
+    /// was); 4 if the lease was lost; 2 on errors, also when the nodes granted it too late to
+    /// leave half the TTL (nobody holds it: retry).
     Run {
         /// The lock name.
         name: String,
@@ -123,9 +125,9 @@ async fn lock_run(
     let guard = match lock.acquire(wait).await {
         Ok(g) => g,
         Err(
-            e @ (redquorum::Error::LockHeld { .. }
-            | redquorum::Error::Timeout { .. }
-            | redquorum::Error::Contended { .. }),
+            // Held, or the wait ended while it was: exit 3. Nodes too slow, or grants of
+            // other locks kept its token behind (nobody seen holding it): an error, exit 2.
+            e @ (redquorum::Error::LockHeld { .. } | redquorum::Error::Timeout { .. }),
         ) => {
             eprintln!("redquorum: lock {name:?} not acquired: {e}");
             return Ok(ExitCode::from(3));

@@ -208,6 +208,7 @@ impl Election {
                 Ok(guard) => return Ok(Leadership::won(guard)),
                 Err(
                     Error::Timeout { .. }
+                    | Error::TooSlow { .. }
                     | Error::LockHeld { .. }
                     | Error::Contended { .. }
                     | Error::NoQuorum(_),
@@ -224,7 +225,9 @@ impl Election {
     ///
     /// # Errors
     /// [`Error::LockHeld`] if there is a live leader; [`Error::NoQuorum`] without a majority;
-    /// [`Error::Contended`] when concurrent grants kept its token behind (retryable).
+    /// [`Error::TooSlow`] when the nodes answered too late to leave half the TTL;
+    /// [`Error::Contended`] when concurrent grants kept its token behind (both retryable, and
+    /// neither means another leader).
     ///
     /// # Cancel safety
     /// Cancel-safe: a lease won by a dropped call is released in the background.

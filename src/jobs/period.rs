@@ -198,7 +198,9 @@ impl PeriodicJob {
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the lease was lost while the work ran (the work was cancelled
-    /// and the period is not recorded); [`Error::NoQuorum`] without a majority; invalid input.
+    /// and the period is not recorded); [`Error::NoQuorum`] without a majority;
+    /// [`Error::TooSlow`] or [`Error::Contended`] when the lease could not be taken though
+    /// nobody was seen holding it (see [`begin_period`](Self::begin_period)); invalid input.
     ///
     /// # Cancel safety
     /// Not cancel-safe for the work: dropping the call drops `work` wherever it is and leaves
@@ -237,6 +239,7 @@ impl PeriodicJob {
     /// [`Error::LeaseLost`] if the lease was lost while the work ran (the work was cancelled
     /// and the period is not recorded); [`Error::NoQuorum`] without a majority (reading the
     /// records, or recording after an `Ok`: the record may then be on some nodes only);
+    /// [`Error::TooSlow`] or [`Error::Contended`] as [`begin_period`](Self::begin_period);
     /// invalid input. The work's own failure is not an error of this call.
     ///
     /// # Cancel safety
@@ -294,9 +297,14 @@ impl PeriodicJob {
     /// (taking the lease over) when its holder crashed.
     ///
     /// # Errors
-    /// [`Error::NoQuorum`] without a majority (the lease, if won, is released); invalid input
-    /// (the period's name: 1 to 512 bytes, no control characters). A held lease is
-    /// [`PeriodStart::NotLeader`], not an error.
+    /// [`Error::NoQuorum`] without a majority (the lease, if won, is released);
+    /// [`Error::TooSlow`] when the nodes granted the lease too late to leave half its TTL, and
+    /// [`Error::Contended`] when concurrent grants kept its token behind: nobody was seen
+    /// holding the lease, so these are errors to retry, never [`PeriodStart::NotLeader`] (a
+    /// cron caller that took them for "another host runs it" would skip the period on every
+    /// host while the nodes are slow); invalid input (the period's name: 1 to 512 bytes, no
+    /// control characters). A lease held by another instance (or a `wait` that ended while it
+    /// was held) is [`PeriodStart::NotLeader`], not an error.
     ///
     /// # Cancel safety
     /// Cancel-safe: a lease won by a dropped call is released in the background; nothing is
@@ -305,9 +313,7 @@ impl PeriodicJob {
         let period = crate::keys::Name::new("period", period)?;
         let guard = match self.lock.acquire(wait).await {
             Ok(g) => g,
-            Err(Error::LockHeld { .. } | Error::Timeout { .. } | Error::Contended { .. }) => {
-                return Ok(PeriodStart::NotLeader)
-            }
+            Err(Error::LockHeld { .. } | Error::Timeout { .. }) => return Ok(PeriodStart::NotLeader),
             Err(e) => return Err(e),
         };
         match super::completed(&self.lock, &self.done_key, period.as_str()).await {

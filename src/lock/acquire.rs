@@ -20,7 +20,7 @@ impl Lock {
     ///
     /// # Errors
     /// [`Error::LockHeld`] if another holder has it (and showed it is alive); [`Error::NoQuorum`]
-    /// if a majority did not answer; [`Error::Timeout`] if the nodes answered too slowly to
+    /// if a majority did not answer; [`Error::TooSlow`] if the nodes answered too slowly to
     /// leave half the TTL of validity; [`Error::Contended`] if every round's token fell behind
     /// concurrent grants of locks sharing its fence floor bucket (retryable). Every failed
     /// attempt is released on every node.
@@ -56,8 +56,10 @@ impl Lock {
     /// has passed. `Duration::ZERO` tries once.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when the wait ends with the lock still held; [`Error::NoQuorum`] when
-    /// the last attempt lacked a majority; invalid input errors at once.
+    /// [`Error::Timeout`] when the wait ends with the lock still held; [`Error::NoQuorum`],
+    /// [`Error::TooSlow`] or [`Error::Contended`] when the last attempt lacked a majority,
+    /// answered too late or kept falling behind (nobody was seen holding it); invalid input
+    /// errors at once.
     ///
     /// # Cancel safety
     /// Cancel-safe, like [`try_acquire`](Self::try_acquire).
@@ -78,6 +80,7 @@ impl Lock {
                     e @ (Error::LockHeld { .. }
                     | Error::NoQuorum(_)
                     | Error::Timeout { .. }
+                    | Error::TooSlow { .. }
                     | Error::Contended { .. }),
                 ) => e,
                 Err(other) => return Err(other),
@@ -220,6 +223,7 @@ impl Lock {
                 runtime: tokio::runtime::Handle::try_current().ok(),
             };
             let tally = self.send_round(&value, token, asks).await;
+            let took = start.elapsed();
             self.learn_from(&tally, token, Instant::now());
             let until = stamp.after(lease::validity(inner.ttl));
             let verdict = self.judge(&tally, only_reads, until);
@@ -238,9 +242,9 @@ impl Lock {
                     return Ok(LockGuard::start(self.clone(), value, token, start, until));
                 }
                 decide::AfterRound::TooSlow => {
-                    return Err(Error::Timeout {
-                        op: "lock.acquire (too slow to leave enough validity)",
-                        waited: start.elapsed(),
+                    return Err(Error::TooSlow {
+                        op: "lock.acquire",
+                        took,
                     })
                 }
                 decide::AfterRound::Again => continue,

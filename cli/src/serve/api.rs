@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     /// A stable, machine-readable code: `invalid`, `unauthorized`, `not_found`, `held`,
-    /// `timeout`, `no_quorum`, `contended`, `limit`, `shutting_down`, `exhausted`,
+    /// `timeout`, `no_quorum`, `contended`, `too_slow`, `limit`, `shutting_down`, `exhausted`,
     /// `lease_lost`, `internal`, `gone`, `not_supported`.
     pub(crate) code: &'static str,
     pub(crate) message: String,
@@ -92,6 +92,7 @@ impl ApiError {
             }
             E::NoQuorum(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
             E::Contended { .. } => (StatusCode::SERVICE_UNAVAILABLE, "contended"),
+            E::TooSlow { .. } => (StatusCode::SERVICE_UNAVAILABLE, "too_slow"),
             E::LockHeld { .. } => (StatusCode::CONFLICT, "held"),
             E::Timeout { .. } => (StatusCode::CONFLICT, "timeout"),
             E::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
