@@ -313,7 +313,9 @@ impl PeriodicJob {
         let period = crate::keys::Name::new("period", period)?;
         let guard = match self.lock.acquire(wait).await {
             Ok(g) => g,
-            Err(Error::LockHeld { .. } | Error::Timeout { .. }) => return Ok(PeriodStart::NotLeader),
+            Err(Error::LockHeld { .. } | Error::Timeout { .. }) => {
+                return Ok(PeriodStart::NotLeader)
+            }
             Err(e) => return Err(e),
         };
         match super::completed(&self.lock, &self.done_key, period.as_str()).await {
