@@ -834,6 +834,127 @@ async fn a_one_shot_caller_takes_over_a_crashed_holders_lease_and_yields_to_a_li
     assert!(taken.is_held(), "the holder still holds");
 }
 
+/// Cron fires on three hosts at the same minute after the holder crashed. Their one-shot
+/// takeovers reach the dead holder's takeover instant together and can split the nodes (each
+/// compare-and-swap wins one node), so none has a majority and each releases its copy. The
+/// story stages the two other hosts' failed swaps by hand: while our one-shot watches the dead
+/// lease, their values replace the dead holder's copies on nodes 1 and 2, and are released
+/// 400 ms later (three of its polls). Our one-shot must not take them for a live holder: it watches on and takes
+/// the lock. (The earlier rule, "another value on a node seen held is a live holder", gave up
+/// with `LockHeld`: every host's cron then believed another ran the job, and none did.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_that_sees_split_contenders_in_a_dead_holders_place_still_takes_the_lock() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let ttl = Duration::from_secs(1);
+    let crashed = client(cluster.urls()).await;
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard = Lock::with_options(&crashed, "nightly", ttl, manual)
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("the first holder");
+    let dead = guard.token();
+    // The holder's process dies: no release, no extension.
+    std::mem::forget(guard);
+    drop(crashed);
+
+    let ours = client(cluster.urls()).await;
+    let lock = Lock::new(&ours, "nightly", ttl).unwrap();
+    // Hosts B and C: a failed swap each, in the dead holder's place, then its undo.
+    let mut others = Vec::new();
+    for (node, host) in [(1, "b"), (2, "c")] {
+        others.push((cluster.node(node).direct_connection().await, host));
+    }
+    let contenders = tokio::spawn(async move {
+        tokio::time::sleep(ttl / 2).await;
+        for (con, host) in &mut others {
+            let value = format!("0123456789abcdef0123456789abcdef:{}:{host}", dead.get() + 1);
+            let _: () = redis::cmd("HSET")
+                .arg("rq:lock:nightly")
+                .arg("v")
+                .arg(value)
+                .arg("n")
+                .arg(1)
+                .arg("t")
+                .arg(1000)
+                .query_async(con)
+                .await
+                .expect("HSET");
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for (con, _) in &mut others {
+            let _: () = redis::cmd("DEL")
+                .arg("rq:lock:nightly")
+                .query_async(con)
+                .await
+                .expect("DEL");
+        }
+    });
+
+    let started = Instant::now();
+    let taken = lock.try_acquire().await;
+    let took = started.elapsed();
+    contenders.await.unwrap();
+    let taken = taken.unwrap_or_else(|e| {
+        panic!(
+            "the other hosts' copies were released, and the holder is dead: the one-shot must \
+             take the lock, not give up after {}: {e}",
+            ms(took)
+        )
+    });
+    println!("one-shot takeover after {}", ms(took));
+    assert!(taken.token() > dead, "the takeover's token follows");
+    assert!(took < ttl * 3, "within the watch window: {}", ms(took));
+}
+
+/// A busy lock, handed from holder to holder every 200 ms (well under a third of its 3 s TTL,
+/// so no holder ever extends): a one-shot caller must still see live holders at once, from a
+/// new holder's copies on a majority, and not watch the lock for its whole window (about 11 s
+/// here), as it did when only an extension counted as a sign of life (a review found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_caller_against_a_busy_lock_handed_over_faster_than_extensions_returns_soon() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let ttl = Duration::from_secs(3);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let lock = Lock::new(&client(cluster.urls()).await, "busy", ttl).unwrap();
+        let stop = stop.clone();
+        holders.push(tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                if let Ok(g) = lock.acquire(Duration::from_secs(2)).await {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = g.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let one_shot = Lock::new(&client(cluster.urls()).await, "busy", ttl).unwrap();
+    let started = Instant::now();
+    let result = one_shot.try_acquire().await;
+    let took = started.elapsed();
+    stop.cancel();
+    for h in holders {
+        h.await.unwrap();
+    }
+    println!(
+        "one-shot against a busy lock: {:?} after {}",
+        result.as_ref().map(|g| g.token()),
+        ms(took)
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "a one-shot caller returns within about a poll or two against live holders, not after \
+         its whole watch window: {} ({:?})",
+        ms(took),
+        result.map(|g| g.token())
+    );
+}
+
 /// `holder()` says when a holder looks abandoned, from the reader's own readings only: a first
 /// read cannot tell; a live holder (extending every TTL/3) never looks abandoned however long
 /// it is watched; a crashed holder's lease (no release, no extension) looks abandoned once the

@@ -9,9 +9,11 @@ const ROUNDS: u32 = 6;
 impl Lock {
     /// One acquisition attempt, for a caller that will not wait for a live holder (a cron
     /// job, a one-shot process). When the lease is held, the attempt watches it: a holder
-    /// that is alive shows it within its lease time (an extension changes the lease on a node
-    /// the attempt already saw it on, or another holder has taken it there), and the attempt
-    /// then returns [`Error::LockHeld`] at once (a release lets the attempt acquire); a lease
+    /// that is alive shows it within its lease time (an extension changes its copy's version
+    /// on a node the attempt already saw it on, or a new holder's copies replace the ones seen
+    /// on a majority; a new value on fewer nodes may be a contender about to release, and is
+    /// watched), and the attempt then returns [`Error::LockHeld`] at once (a release lets the
+    /// attempt acquire); a lease
     /// that stays unchanged on a majority for its TTL plus drift, on this client's monotonic
     /// clock, was abandoned (its holder crashed), and the attempt takes it over by
     /// compare-and-swap, exactly as a waiting [`acquire`](Self::acquire) would. So it returns
@@ -145,9 +147,9 @@ impl Lock {
     }
 
     /// [`attempt`](Self::attempt), and while the lease is held but quiet, read rounds until
-    /// the holder shows it is alive (a node already seen held, on the same incarnation, holds
-    /// another state: see [`decide::holder_alive`]) or the window ends (the next attempt takes
-    /// it over). Bounded by twice the watch window plus an operation timeout.
+    /// the holder shows it is alive (an extension, or a new holder on a majority: see
+    /// [`decide::holder_alive`]) or the window ends (the next attempt takes it over). Bounded
+    /// by twice the watch window plus an operation timeout.
     async fn attempt_watching(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
         let needed = inner.client.majority().needed();
@@ -176,16 +178,19 @@ impl Lock {
             };
             match plan {
                 Plan::WaitUntil(t) => {
-                    if decide::holder_alive(&held, &seen, &own) {
+                    if decide::holder_alive(&held, &seen, &own, needed) {
                         return result;
                     }
                     decide::remember_held(&mut held, &seen);
+                    // Jittered: callers that split a takeover and released together do not
+                    // read, and try again, in step.
+                    let poll = poll.mul_f64(0.5 + rand::random::<f64>());
                     tokio::time::sleep_until(t.min(now + poll).min(limit)).await;
                 }
                 // Ready now: the next attempt swaps the quiet lease, unless a node showed a live
                 // holder meanwhile (one the majority's swap would not need).
                 Plan::Attempt(_) => {
-                    if decide::holder_alive(&held, &seen, &own) {
+                    if decide::holder_alive(&held, &seen, &own, needed) {
                         return result;
                     }
                     decide::remember_held(&mut held, &seen);

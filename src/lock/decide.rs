@@ -178,38 +178,69 @@ pub(super) fn gather(ttl: Duration) -> Duration {
     (ttl / 30).min(Duration::from_millis(100))
 }
 
-/// Whether a watched lease's holder showed it is alive between two readings, node by node:
-/// a node seen held (`before[i]`), on the same incarnation, now holds another held state (an
-/// extension bumped the version, or another holder took it there), other than one of this
-/// caller's own proposals (`own`: a round of its own that landed late). A node seen held for
-/// the first time (never seen, forgotten after a grant of its own, absent before, or on a new
-/// incarnation) says nothing about liveness, and neither does a copy that went away (a
-/// release). (The earlier rule, "the instant a majority would be ready moved later", also
-/// fired when a dead holder's copies were first seen one round apart: a one-shot caller then
-/// refused a lock whose holder was dead.)
+/// Whether a watched lease's holder showed it is alive between two readings (`before`: each
+/// node's last held state, `now`: the latest reading), other than through one of this
+/// caller's own proposals (`own`: a round of its own that landed late):
+/// - an extension: a node seen held by a holder, on the same incarnation, now holds that same
+///   holder's copy at another version (it extended, or re-created a lost copy); or
+/// - a new holder: one value holds at least `needed` nodes that were seen held by another
+///   value, on the same incarnation (a lock handed from holder to holder faster than its
+///   extensions).
+///
+/// Another value on fewer nodes is not yet a sign of life: it may be a contender's
+/// compare-and-swap that failed elsewhere and is about to be released (one-shot callers that
+/// reach a dead holder's takeover instant together split the nodes, each winning one, and all
+/// release); the new state is remembered, and a live new holder shows itself by its first
+/// extension, within a third of its TTL, if it was not seen on a majority first. A node seen
+/// held for the first time (never seen, forgotten after a grant of its own, absent before, or
+/// on a new incarnation) says nothing about liveness, and neither does a copy that went away
+/// (a release). This rule only decides when a one-shot caller stops watching; a takeover
+/// still needs the state it swaps watched unchanged for the TTL plus drift. (Earlier rules:
+/// "the instant a majority would be ready moved later" fired when a dead holder's copies were
+/// first seen one round apart; "another held state on one node" fired on a split
+/// contender's copy: both made a one-shot caller refuse a lock whose holder was dead.)
 pub(super) fn holder_alive(
     before: &[Option<Seen<KeyState>>],
     now: &[Option<Seen<KeyState>>],
     own: &[Arc<str>],
+    needed: usize,
 ) -> bool {
-    before.iter().zip(now).any(|(b, n)| match (b, n) {
-        (Some(b), Some(n)) => {
-            let held_now = match &n.state {
-                KeyState::Held { value, .. } => !own.contains(value),
-                KeyState::Absent => false,
-            };
-            held_now
-                && matches!(b.state, KeyState::Held { .. })
-                && b.run_id == n.run_id
-                && b.state != n.state
-        }
-        _ => false,
-    })
+    // Per node: the value held now where another was seen, and whether it is an extension.
+    let changes: Vec<(&Arc<str>, bool)> = before
+        .iter()
+        .zip(now)
+        .filter_map(|(b, n)| match (b, n) {
+            (Some(b), Some(n)) if b.run_id == n.run_id => match (&b.state, &n.state) {
+                (
+                    KeyState::Held {
+                        value: was,
+                        version: v0,
+                        ..
+                    },
+                    KeyState::Held {
+                        value: is,
+                        version: v1,
+                        ..
+                    },
+                ) if !own.contains(is) && (was != is || v0 != v1) => Some((is, was == is)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    changes.iter().any(|(_, extended)| *extended)
+        || changes.iter().any(|(value, _)| {
+            changes
+                .iter()
+                .filter(|(other, extended)| !extended && other == value)
+                .count()
+                >= needed
+        })
 }
 
 /// The held states to compare the next reading with: each node's latest held state, kept
-/// while a node reads absent or is unseen (a copy that comes back with another state is a
-/// live holder's).
+/// while a node reads absent or is unseen (a copy that comes back at another version of the
+/// same holder shows that holder alive; see [`holder_alive`]).
 pub(super) fn remember_held(held: &mut [Option<Seen<KeyState>>], now: &[Option<Seen<KeyState>>]) {
     for (h, n) in held.iter_mut().zip(now) {
         if let Some(seen) = n
@@ -490,10 +521,10 @@ mod tests {
             held("r2", "a1", 1, 2000),
         ];
         let mut seen = vec![None; 3];
-        assert!(!holder_alive(&seen, &first, &[]));
+        assert!(!holder_alive(&seen, &first, &[], 2));
         remember_held(&mut seen, &first);
         assert!(
-            !holder_alive(&seen, &second, &[]),
+            !holder_alive(&seen, &second, &[], 2),
             "a node seen held for the first time says nothing about its holder"
         );
 
@@ -534,8 +565,8 @@ mod tests {
             ),
             (
                 vec![held("r0", "w", 1, 1000), None, None],
-                true,
-                "another holder took the node",
+                false,
+                "another value took the node: maybe a split contender about to release",
             ),
             (
                 vec![held("r0", "v", 3, 1000), held("r1", "v", 3, 1000), None],
@@ -565,18 +596,90 @@ mod tests {
         ];
         for (now, alive, why) in cases {
             assert_eq!(
-                holder_alive(&before, &now, &["mine".into()]),
+                holder_alive(&before, &now, &["mine".into()], 2),
                 alive,
                 "{why}"
             );
         }
-        // A copy that went away and came back with another holder's state: that holder is alive.
+        // A copy that went away and came back at another version of the same holder (its
+        // extension re-created it): that holder is alive.
         let mut seen = before.clone();
         remember_held(&mut seen, &[absent("r0"), None, None]);
         assert!(holder_alive(
             &seen,
-            &[held("r0", "w", 1, 1000), None, None],
-            &[]
+            &[held("r0", "v", 4, 1000), None, None],
+            &[],
+            2
         ));
+    }
+
+    /// Three one-shot callers reach a dead holder's takeover instant together and split the
+    /// nodes (one compare-and-swap wins each node), so none has a majority and each releases.
+    /// A caller that sees another contender's value where the dead holder's was must not take
+    /// it for a live holder: it watches on, sees the copy released, and tries again. A new
+    /// holder that did win shows itself by its first extension.
+    #[test]
+    fn a_split_contenders_copy_is_not_a_live_holder_until_it_extends() {
+        let dead = vec![
+            held("r0", "d", 7, 1000),
+            held("r1", "d", 7, 1000),
+            held("r2", "d", 7, 1000),
+        ];
+        let split = vec![
+            held("r0", "mine", 1, 1000),
+            held("r1", "b", 1, 1000),
+            held("r2", "c", 1, 1000),
+        ];
+        let mut seen = vec![None; 3];
+        remember_held(&mut seen, &dead);
+        assert!(
+            !holder_alive(&seen, &split, &["mine".into()], 2),
+            "contenders' copies in the dead holder's place are not signs of life"
+        );
+        remember_held(&mut seen, &split);
+        let released = vec![absent("r0"), absent("r1"), absent("r2")];
+        assert!(!holder_alive(&seen, &released, &["mine".into()], 2));
+        // Had b won a majority, its first extension would show it.
+        let b_extends = vec![absent("r0"), held("r1", "b", 2, 1000), None];
+        assert!(holder_alive(&seen, &b_extends, &["mine".into()], 2));
+        // And so would b seen on a majority where others were (split contenders never are).
+        let mut seen = vec![None; 3];
+        remember_held(&mut seen, &dead);
+        let b_won = vec![
+            held("r0", "b", 1, 1000),
+            held("r1", "b", 1, 1000),
+            held("r2", "c", 1, 1000),
+        ];
+        assert!(holder_alive(&seen, &b_won, &["mine".into()], 2));
+    }
+
+    /// A busy lock handed from holder to holder faster than a third of its TTL: no holder ever
+    /// extends, but the next holder's copies on a majority show a live holder at once (a
+    /// one-shot caller must not watch such a lock for its whole window).
+    #[test]
+    fn a_new_holder_on_a_majority_is_alive_without_extending() {
+        let h1 = vec![
+            held("r0", "h1", 1, 1000),
+            held("r1", "h1", 1, 1000),
+            held("r2", "h1", 1, 1000),
+        ];
+        let mut seen = vec![None; 3];
+        remember_held(&mut seen, &h1);
+        let h2_on_two = vec![held("r0", "h2", 1, 1000), held("r1", "h2", 1, 1000), None];
+        assert!(holder_alive(&seen, &h2_on_two, &[], 2));
+        let h2_on_one = vec![held("r0", "h2", 1, 1000), None, None];
+        assert!(
+            !holder_alive(&seen, &h2_on_one, &[], 2),
+            "one node: maybe a split contender"
+        );
+        let mine_on_two = vec![
+            held("r0", "mine", 1, 1000),
+            held("r1", "mine", 1, 1000),
+            None,
+        ];
+        assert!(
+            !holder_alive(&seen, &mine_on_two, &["mine".into()], 2),
+            "this caller's own round is no holder"
+        );
     }
 }
