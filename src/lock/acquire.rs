@@ -187,8 +187,8 @@ impl Lock {
                     let poll = poll.mul_f64(0.5 + rand::random::<f64>());
                     tokio::time::sleep_until(t.min(now + poll).min(limit)).await;
                 }
-                // Ready now: the next attempt swaps the quiet lease, unless a node showed a live
-                // holder meanwhile (one the majority's swap would not need).
+                // Ready now: the next attempt swaps the quiet lease, unless the holder showed
+                // it is alive meanwhile (an extension, or a new holder on a majority).
                 Plan::Attempt(_) => {
                     if decide::holder_alive(&held, &seen, &own, needed) {
                         return result;
