@@ -17,8 +17,9 @@ impl Lock {
     /// that stays unchanged on a majority for its TTL plus drift, on this client's monotonic
     /// clock, was abandoned (its holder crashed), and the attempt takes it over by
     /// compare-and-swap, exactly as a waiting [`acquire`](Self::acquire) would. So it returns
-    /// at once when the lock is free, within about the holder's extension interval when it is
-    /// held by a live holder, and after the TTL plus drift when the holder is gone.
+    /// at once when the lock is free, within about one or two of the holder's extension
+    /// intervals when it is held by a live holder, and after the TTL plus drift when the
+    /// holder is gone.
     ///
     /// # Errors
     /// [`Error::LockHeld`] if another holder has it (and showed it is alive); [`Error::NoQuorum`]
