@@ -714,9 +714,11 @@ async fn a_short_lease_beside_a_long_one_waits_only_its_own_gather_time() {
         .acquire(Duration::from_secs(2))
         .await
         .expect("a free lock");
-    // A per-node deadline of 40 ms instead of TTL/10 (15 ms), so a loaded CI machine's
-    // scheduling delays do not fail extensions on their own.
-    let options = LockOptions::default().with_node_timeout(Duration::from_millis(40));
+    // A per-node deadline of 80 ms instead of TTL/10 (15 ms), so a loaded CI machine's
+    // scheduling delays do not fail extensions on their own (40 ms was missed by all three
+    // nodes at once in CI's TLS pass): an extension due at 50 ms, sent 5 ms later, still
+    // counts by 135 ms, inside the validity; one sent after the long lease's 100 ms would not.
+    let options = LockOptions::default().with_node_timeout(Duration::from_millis(80));
     let short = Lock::with_options(&c, "short", Duration::from_millis(150), options)
         .unwrap()
         .acquire(Duration::from_secs(2))

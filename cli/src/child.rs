@@ -137,6 +137,27 @@ async fn stop_within_lease(
 /// A [`stop_signal`] kept across the phases of one command.
 pub(crate) type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = u8> + Send>>;
 
+/// `taking` (an acquisition, which may wait a long time for a holder) unless `stop` fires
+/// first: then `taking` is dropped, which releases a round in flight (or a lease it won) in
+/// the background, and this waits `settle` (the client's node timeout) for those releases
+/// before it returns the signal's exit code. Without it a SIGTERM during the wait killed the
+/// process at once, and a round in flight stayed on the nodes until a waiter watched it for
+/// its TTL.
+pub(crate) async fn unless_stopped<T>(
+    taking: impl std::future::Future<Output = T>,
+    stop: &mut Stop,
+    settle: std::time::Duration,
+) -> Result<T, u8> {
+    let outcome = tokio::select! {
+        taken = taking => Ok(taken),
+        code = stop => Err(code),
+    };
+    if outcome.is_err() {
+        tokio::time::sleep(settle).await;
+    }
+    outcome
+}
+
 /// Until SIGINT or SIGTERM; the exit code that reports it (130 or 143). Both handlers are
 /// installed when this is called, not when the future is first polled: a signal that arrives
 /// before the future's first poll (a watcher is signalled right after its first output line)

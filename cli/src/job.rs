@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use redquorum::{Client, JobOptions, LockOptions, PeriodStart, PeriodicJob};
+use redquorum::{Client, JobOptions, LockOptions, PeriodRun, PeriodStart, PeriodicJob};
 
 use crate::checks::{default_id, parse_duration};
 use crate::child::{self, Ended};
@@ -100,34 +100,18 @@ pub(crate) async fn run(client: &Client, command: JobCommand) -> Result<ExitCode
     let options =
         JobOptions::default().with_lock(LockOptions::default().with_holder(&default_id()));
     let job = PeriodicJob::with_options(client, &name, ttl, options)?;
-    let run = match job.begin_period(&period, wait).await? {
-        PeriodStart::Due(run) => run,
-        PeriodStart::AlreadyDone { token } => {
-            println!("already done: period {period} of job {name} by token {token}");
-            return Ok(ExitCode::SUCCESS);
-        }
-        PeriodStart::NotLeader => {
-            eprintln!(
-                "redquorum: job {name:?}, period {period:?}: not run: another host holds the \
-                 job's lease (lock {name:?})"
-            );
-            return Ok(ExitCode::from(3));
-        }
+    // One listener from before the wait for the lease to the command's end.
+    let mut stop: child::Stop = Box::pin(child::stop_signal());
+    let run = match begin(client, &job, &name, &period, wait, &mut stop).await? {
+        Ok(run) => run,
+        Err(code) => return Ok(code),
     };
     let env = [
         ("REDQUORUM_FENCING_TOKEN", run.token().to_string()),
         ("REDQUORUM_LOCK_NAME", name.clone()),
         ("REDQUORUM_JOB_PERIOD", period.clone()),
     ];
-    let ended = match child::supervise(
-        run.guard(),
-        &name,
-        &command,
-        &env,
-        Box::pin(child::stop_signal()),
-    )
-    .await
-    {
+    let ended = match child::supervise(run.guard(), &name, &command, &env, stop).await {
         Ok(ended) => ended,
         Err(e) => {
             run.abandon().await;
@@ -154,4 +138,42 @@ pub(crate) async fn run(client: &Client, command: JobCommand) -> Result<ExitCode
              recorded on a majority ({e}); a later run may run it again"
         ))),
     }
+}
+
+/// Take the job's lease for `period` (waiting up to `wait`, unless `stop` fires first): the
+/// due run, or the exit code that ends the command (done already, another host holds it,
+/// stopped by a signal), each said on stdout or stderr.
+async fn begin(
+    client: &Client,
+    job: &PeriodicJob,
+    name: &str,
+    period: &str,
+    wait: Duration,
+    stop: &mut child::Stop,
+) -> Result<Result<PeriodRun, ExitCode>, Failure> {
+    let settle = client.config().node_timeout();
+    let started = match child::unless_stopped(job.begin_period(period, wait), stop, settle).await {
+        Ok(started) => started?,
+        Err(code) => {
+            eprintln!(
+                "redquorum: job {name:?}, period {period:?}: stopped by a signal while waiting \
+                 for the job's lease; nothing run"
+            );
+            return Ok(Err(ExitCode::from(code)));
+        }
+    };
+    Ok(match started {
+        PeriodStart::Due(run) => Ok(run),
+        PeriodStart::AlreadyDone { token } => {
+            println!("already done: period {period} of job {name} by token {token}");
+            Err(ExitCode::SUCCESS)
+        }
+        PeriodStart::NotLeader => {
+            eprintln!(
+                "redquorum: job {name:?}, period {period:?}: not run: another host holds the \
+                 job's lease (lock {name:?})"
+            );
+            Err(ExitCode::from(3))
+        }
+    })
 }

@@ -122,7 +122,19 @@ async fn lock_run(
     let options =
         redquorum::LockOptions::default().with_holder(&format!("pid {}", std::process::id()));
     let lock = redquorum::Lock::with_options(client, name, ttl, options)?;
-    let guard = match lock.acquire(wait).await {
+    // One listener from before the wait to the child's end.
+    let mut stop: child::Stop = Box::pin(child::stop_signal());
+    let settle = client.config().node_timeout();
+    let acquired = match child::unless_stopped(lock.acquire(wait), &mut stop, settle).await {
+        Ok(acquired) => acquired,
+        Err(code) => {
+            eprintln!(
+                "redquorum: lock {name:?}: stopped by a signal while waiting for it; nothing run"
+            );
+            return Ok(ExitCode::from(code));
+        }
+    };
+    let guard = match acquired {
         Ok(g) => g,
         Err(
             // Held, or the wait ended while it was: exit 3. Nodes too slow, or grants of
@@ -138,8 +150,7 @@ async fn lock_run(
         ("REDQUORUM_FENCING_TOKEN", guard.token().to_string()),
         ("REDQUORUM_LOCK_NAME", name.to_string()),
     ];
-    let code =
-        child::run_while_held(&guard, name, command, &env, Box::pin(child::stop_signal())).await;
+    let code = child::run_while_held(&guard, name, command, &env, stop).await;
     let _ = guard.release().await;
     code
 }

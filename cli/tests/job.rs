@@ -208,6 +208,55 @@ async fn job_run_from_cron_on_two_hosts_runs_each_period_once() {
     );
 }
 
+/// A `job run --wait` waiting for the job's lease while another host runs the report is
+/// stopped (systemd or Kubernetes sends SIGTERM): it exits 143 by itself, within about a
+/// second, without running the report, and the running host is untouched. Before, the signal's
+/// default action killed it (no exit code), and a round in flight stayed on the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_run_stopped_while_waiting_for_the_lease_exits_143_and_runs_nothing() {
+    let h = Hosts::start().await;
+    let release = h.dir.path().join("release");
+    let until_released = format!("while [ ! -e {} ]; do sleep 0.05; done", release.display());
+    let a = h.spawn("host-a", "2026-11-28", &["--ttl", "1s"], &until_released);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.runs().is_empty() {
+        assert!(Instant::now() < deadline, "host A never started the 28th");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = h.spawn("host-b", "2026-11-28", &["--wait", "30s"], "true");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b.id().expect("host B runs") as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = Instant::now();
+    let b = tokio::time::timeout(Duration::from_secs(10), b.wait_with_output())
+        .await
+        .expect("host B ends after SIGTERM");
+    let b = Ran::of(b.unwrap());
+    let took = stopped.elapsed();
+    assert_eq!(
+        b.code,
+        Some(143),
+        "a waiting run stopped by SIGTERM exits 143 by itself (not killed by the signal): {b:?}"
+    );
+    assert!(
+        b.stderr.contains("stopped by a signal"),
+        "B says why: {b:?}"
+    );
+    assert!(took < Duration::from_secs(3), "promptly: {took:?}");
+
+    std::fs::write(&release, b"").unwrap();
+    let a = Ran::of(a.wait_with_output().await.unwrap());
+    assert_eq!(
+        a.code,
+        Some(0),
+        "host A's report finished undisturbed: {a:?}"
+    );
+    assert_eq!(h.hosts_that_ran(), ["host-a"], "host B ran nothing");
+}
+
 /// A report that fails (exit 7) or is killed by a signal records nothing: its code is passed
 /// through, and the next host's run for the same day runs the report; once it succeeds, the day
 /// is done.
