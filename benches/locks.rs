@@ -580,25 +580,9 @@ return 1",
                 let release_keys = vec![keys[0].clone(), keys[1].clone(), keys[3].clone()];
                 let release_args = vec![value.clone(), format!("rq:released:{name}")];
                 let granted = if leanest {
-                    let lock = format!("rq:lean:{name}");
-                    let grants = conns.iter().zip(markers.iter()).map(|(c, m)| {
-                        let mut c = c.clone();
-                        let mut call = lean.0.prepare_invoke();
-                        call.key(&lock)
-                            .key("rq:marker")
-                            .key(format!("rq:leanfloor:{name}"));
-                        call.arg(&value).arg(10_000).arg(t).arg(m);
-                        async move { call.invoke_async::<redis::Value>(&mut c).await }
-                    });
-                    let replies = first_of(grants, 2).await;
-                    let ok = replies.iter().all(granted);
-                    let releases = conns.iter().map(|c| {
-                        let mut c = c.clone();
-                        let mut call = lean.1.prepare_invoke();
-                        call.key(&lock).arg(&value);
-                        async move { call.invoke_async::<redis::Value>(&mut c).await }
-                    });
-                    first_of(releases, RELEASE_REPLIES).await;
+                    let (lock, floor) = (format!("rq:lean:{name}"), format!("rq:leanfloor:{name}"));
+                    let ok = lean_grant(lean, &conns, &markers, [&lock, &floor], &value, t).await;
+                    lean_release(lean, &conns, &lock, &value).await;
                     ok
                 } else if batched {
                     let grants = queues.iter().zip(markers.iter()).map(|(q, m)| {
@@ -785,6 +769,42 @@ return 1",
     )))
 }
 
+/// The leanest fenced acquisition of `value` with `token` on lock and floor keys `keys`:
+/// whether the first two nodes to answer granted it (the others finish in the background).
+async fn lean_grant(
+    lean: &'static (redis::Script, redis::Script),
+    conns: &[redis::aio::MultiplexedConnection],
+    markers: &[String],
+    keys: [&str; 2],
+    value: &str,
+    token: u64,
+) -> bool {
+    let grants = conns.iter().zip(markers).map(|(c, m)| {
+        let mut c = c.clone();
+        let mut call = lean.0.prepare_invoke();
+        call.key(keys[0]).key("rq:marker").key(keys[1]);
+        call.arg(value).arg(10_000).arg(token).arg(m);
+        async move { call.invoke_async::<redis::Value>(&mut c).await }
+    });
+    first_of(grants, 2).await.iter().all(granted)
+}
+
+/// The leanest fenced release of `value`, waiting as our client does.
+async fn lean_release(
+    lean: &'static (redis::Script, redis::Script),
+    conns: &[redis::aio::MultiplexedConnection],
+    lock: &str,
+    value: &str,
+) {
+    let releases = conns.iter().map(|c| {
+        let mut c = c.clone();
+        let mut call = lean.1.prepare_invoke();
+        call.key(lock).arg(value);
+        async move { call.invoke_async::<redis::Value>(&mut c).await }
+    });
+    first_of(releases, RELEASE_REPLIES).await;
+}
+
 /// One caller's lean cycles (`-- --phases`): the leanest fenced scripts (see
 /// [`lean_scripts`]), waiting as our client does; the acquisitions' and releases' latencies.
 async fn lean_phases(
@@ -801,23 +821,10 @@ async fn lean_phases(
     for i in 1..=1000u64 {
         let value = format!("{:032x}:{i}:phases", i);
         let t0 = Instant::now();
-        let grants = conns.iter().zip(markers).map(|(c, m)| {
-            let mut c = c.clone();
-            let mut call = lean.0.prepare_invoke();
-            call.key(&lock).key("rq:marker").key(&floor);
-            call.arg(&value).arg(10_000).arg(i).arg(m);
-            async move { call.invoke_async::<redis::Value>(&mut c).await }
-        });
-        let replies = first_of(grants, 2).await;
-        assert!(replies.iter().all(granted), "lean grant: {replies:?}");
+        let ok = lean_grant(lean, conns, markers, [&lock, &floor], &value, i).await;
+        assert!(ok, "the lean grant reached the first two nodes to answer");
         let t1 = Instant::now();
-        let releases = conns.iter().map(|c| {
-            let mut c = c.clone();
-            let mut call = lean.1.prepare_invoke();
-            call.key(&lock).arg(&value);
-            async move { call.invoke_async::<redis::Value>(&mut c).await }
-        });
-        first_of(releases, RELEASE_REPLIES).await;
+        lean_release(lean, conns, &lock, &value).await;
         a.push(t1 - t0);
         r.push(t1.elapsed());
     }

@@ -774,6 +774,22 @@ async fn an_extension_overtaken_by_a_later_one_does_not_move_the_validity() {
     );
 }
 
+/// A holder of lock `name` whose process dies right after its acquisition: no release, no
+/// extension; its copies stay on the nodes. Returns its token.
+async fn crashed_holder(cluster: &Cluster, name: &str, ttl: Duration) -> redquorum::FencingToken {
+    let crashed = client(cluster.urls()).await;
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard = Lock::with_options(&crashed, name, ttl, manual)
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("the first holder");
+    let token = guard.token();
+    std::mem::forget(guard);
+    drop(crashed);
+    token
+}
+
 /// A one-shot caller (a cron job, `lock run --wait 0`) after the holder crashed: the lease
 /// stays unchanged on the nodes, and `try_acquire` from a fresh process must take it over
 /// after the TTL plus drift, not report it held for good. Against a live holder (extending)
@@ -783,17 +799,7 @@ async fn a_one_shot_caller_takes_over_a_crashed_holders_lease_and_yields_to_a_li
     init_tracing();
     let cluster = Cluster::start(3).await;
     let ttl = Duration::from_secs(2);
-    let crashed = client(cluster.urls()).await;
-    let manual = LockOptions::default().with_auto_extend(false);
-    let guard = Lock::with_options(&crashed, "nightly", ttl, manual)
-        .unwrap()
-        .try_acquire()
-        .await
-        .expect("the first holder");
-    let first = guard.token();
-    // The holder's process dies: no release, no extension.
-    std::mem::forget(guard);
-    drop(crashed);
+    let first = crashed_holder(&cluster, "nightly", ttl).await;
 
     let fresh = client(cluster.urls()).await;
     let started = Instant::now();
@@ -849,17 +855,7 @@ async fn a_one_shot_that_sees_split_contenders_in_a_dead_holders_place_still_tak
     init_tracing();
     let cluster = Cluster::start(3).await;
     let ttl = Duration::from_secs(1);
-    let crashed = client(cluster.urls()).await;
-    let manual = LockOptions::default().with_auto_extend(false);
-    let guard = Lock::with_options(&crashed, "nightly", ttl, manual)
-        .unwrap()
-        .try_acquire()
-        .await
-        .expect("the first holder");
-    let dead = guard.token();
-    // The holder's process dies: no release, no extension.
-    std::mem::forget(guard);
-    drop(crashed);
+    let dead = crashed_holder(&cluster, "nightly", ttl).await;
 
     let ours = client(cluster.urls()).await;
     let lock = Lock::new(&ours, "nightly", ttl).unwrap();
