@@ -440,14 +440,24 @@ async fn a_keepalive_session_ends_when_its_keepalives_stop() {
     let (status, acquired) = post_json(&acquire).await;
     assert_eq!(status, 200, "{acquired}");
     let session = acquired["session"].as_str().unwrap().to_string();
-    // Kept alive for 1.5 s (beyond its keep-alive interval): still held.
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let (status, kept) =
-            post_json(&format!("{}/v1/sessions/{session}/keepalive", server.url)).await;
-        assert_eq!(status, 200, "{kept}");
-    }
+    // Kept alive every 300 ms, also while another caller tries the lock (a one-shot try
+    // watches a held lease until its holder extends, up to a third of the 5 s TTL: the
+    // keep-alives must not pause meanwhile).
+    let keepalive = format!("{}/v1/sessions/{session}/keepalive", server.url);
+    let keeping = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (status, kept) = post_json(&keepalive).await;
+            assert_eq!(status, 200, "{kept}");
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await; // beyond its keep-alive interval
     let (status, _) = post_json(&acquire).await;
+    keeping.abort();
+    assert!(
+        keeping.await.unwrap_err().is_cancelled(),
+        "every keep-alive was answered 200"
+    );
     assert_eq!(status, 409, "the lease of a kept-alive session was taken");
     // No keep-alive: within 600 ms the session ends and the lease is released (not after the
     // 5 s TTL).

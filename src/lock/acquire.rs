@@ -184,8 +184,9 @@ impl Lock {
                     }
                     decide::remember_held(&mut held, &seen);
                     // Jittered: callers that split a takeover and released together do not
-                    // read, and try again, in step.
-                    let poll = poll.mul_f64(0.5 + rand::random::<f64>());
+                    // read, and try again, in step. Never longer than the poll: a live holder
+                    // is seen no later than before (a caller may be timing its answer).
+                    let poll = poll.mul_f64(0.5 + rand::random::<f64>() / 2.0);
                     tokio::time::sleep_until(t.min(now + poll).min(limit)).await;
                 }
                 // Ready now: the next attempt swaps the quiet lease, unless the holder showed
