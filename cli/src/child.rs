@@ -169,26 +169,20 @@ pub(crate) fn stop_signal() -> impl std::future::Future<Output = u8> {
     let mut sigterm = signal(SignalKind::terminate()).ok();
     let mut sigint = signal(SignalKind::interrupt()).ok();
     async move {
-        let term = async {
-            match sigterm.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        let int = async {
-            match sigint.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
         tokio::select! {
-            _ = int => 130,
-            _ = term => 143,
+            _ = received(sigint.as_mut()) => 130,
+            _ = received(sigterm.as_mut()) => 143,
         }
+    }
+}
+
+/// Until `signal` is received; forever when its handler could not be installed.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 
