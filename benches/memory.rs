@@ -95,7 +95,8 @@ async fn main() {
             while !stop.load(Ordering::Relaxed) {
                 p += 1;
                 if job
-                    .run_period(&format!("p{p}"), Duration::from_secs(1), |_, _| async {})
+                    .run_period_infallible(&format!("p{p}"), Duration::from_secs(1), |_, _| async {
+                    })
                     .await
                     .is_ok()
                 {

@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let job = PeriodicJob::new(&client, "example:daily-report", Duration::from_secs(5))?;
             // Every instance tries; the one holding the job's lease runs it if not done yet.
             let outcome = job
-                .run_period(
+                .run_period_infallible(
                     &period,
                     Duration::from_secs(2),
                     |token, _cancel| async move {

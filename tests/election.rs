@@ -116,7 +116,7 @@ async fn a_daily_job_runs_once_per_period_across_instances_and_failovers() {
             for _ in 0..5 {
                 let runs = runs.clone();
                 let o = job
-                    .run_period(
+                    .run_period_infallible(
                         "2026-11-22",
                         Duration::from_millis(300),
                         |_token, _cancel| async move {
@@ -156,7 +156,7 @@ async fn a_daily_job_runs_once_per_period_across_instances_and_failovers() {
         nodes[1].cut_off();
     };
     let (first, ()) = tokio::join!(
-        job_a.run_period("P1", Duration::ZERO, |_, _| tokio::time::sleep(
+        job_a.run_period_infallible("P1", Duration::ZERO, |_, _| tokio::time::sleep(
             Duration::from_secs(3)
         )),
         cut
@@ -174,7 +174,7 @@ async fn a_daily_job_runs_once_per_period_across_instances_and_failovers() {
     )
     .unwrap();
     let second = job_b
-        .run_period("P1", Duration::from_secs(3), |_, _| async { "done by B" })
+        .run_period_infallible("P1", Duration::from_secs(3), |_, _| async { "done by B" })
         .await
         .unwrap();
     assert!(
@@ -189,13 +189,13 @@ async fn a_daily_job_runs_once_per_period_across_instances_and_failovers() {
     );
     // A failover AFTER completion does not run it again.
     let third = job_a
-        .run_period("P1", Duration::from_secs(3), |_, _| async { "again?" })
+        .run_period_infallible("P1", Duration::from_secs(3), |_, _| async { "again?" })
         .await
         .unwrap();
     assert!(matches!(third, JobOutcome::AlreadyDone { .. }), "{third:?}");
 }
 
-/// Work that can fail: `try_run_period`'s `Err` records nothing (the next instance runs the
+/// Work that can fail: `run_period`'s `Err` records nothing (the next instance runs the
 /// period), its `Ok` records it. `begin_period` hands the lease to the caller: an abandoned run
 /// records nothing, a completed one records its token, and while one instance holds the run
 /// another is told it is not the leader.
@@ -209,7 +209,7 @@ async fn a_failed_period_is_not_recorded_and_the_next_instance_runs_it() {
     let b = PeriodicJob::new(&client(cluster.urls()).await, "import", ttl).unwrap();
 
     let failed = a
-        .try_run_period("2026-11-26", Duration::ZERO, |_, _| async {
+        .run_period("2026-11-26", Duration::ZERO, |_, _| async {
             Err::<(), _>("upstream down")
         })
         .await
@@ -225,7 +225,7 @@ async fn a_failed_period_is_not_recorded_and_the_next_instance_runs_it() {
         "the work's failure is its outcome, not an error of the call: {failed:?}"
     );
     let retried = b
-        .try_run_period("2026-11-26", Duration::ZERO, |token, _| async move {
+        .run_period("2026-11-26", Duration::ZERO, |token, _| async move {
             Ok::<_, ()>(token)
         })
         .await
@@ -237,7 +237,7 @@ async fn a_failed_period_is_not_recorded_and_the_next_instance_runs_it() {
         panic!("nothing was recorded: instance B runs the period: {retried:?}");
     };
     let again = a
-        .run_period("2026-11-26", Duration::ZERO, |_, _| async {})
+        .run_period_infallible("2026-11-26", Duration::ZERO, |_, _| async {})
         .await
         .unwrap();
     assert_eq!(

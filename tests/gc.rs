@@ -86,7 +86,7 @@ async fn completion_records_beyond_the_retained_ones_are_collected() {
         PeriodicJob::with_options(&c, "nightly", Duration::from_secs(2), keep_five).expect("valid");
     for day in 1..=12 {
         let out = job
-            .run_period(
+            .run_period_infallible(
                 &format!("2026-11-{day:02}"),
                 Duration::from_secs(2),
                 |_, _| async {},
@@ -111,7 +111,7 @@ async fn completion_records_beyond_the_retained_ones_are_collected() {
     .await;
     // The newest periods are still remembered.
     let again = job
-        .run_period("2026-11-12", Duration::from_secs(2), |_, _| async {})
+        .run_period_infallible("2026-11-12", Duration::from_secs(2), |_, _| async {})
         .await
         .expect("answers");
     assert!(matches!(again, JobOutcome::AlreadyDone { .. }), "{again:?}");

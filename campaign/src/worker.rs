@@ -529,7 +529,7 @@ pub async fn jobs(
             }
         } else {
             let outcome = job
-                .run_period(
+                .run_period_infallible(
                     &period.to_string(),
                     Duration::from_millis(300),
                     |token, _| work(token.get()),

@@ -37,7 +37,9 @@ pub(crate) enum JobCommand {
     ///
     /// Exit code: CMD's own (128+N if signal N ended it); 0 with `already done: period P of
     /// job NAME by token T` on stdout when P was recorded already (by the run with token T);
-    /// 3 when another host holds the job's lease (CMD not run); 4 if the lease was lost;
+    /// 3 when another host holds the job's lease (CMD not run); 4 if the lease was lost (also
+    /// after CMD exited 0, when the lease was lost before the record counted: a record counts
+    /// only while the lease holds);
     /// 130/143 on SIGINT/SIGTERM; 2 on errors, also when CMD exited 0 but the record did not
     /// reach a majority (P may run again), and when the nodes granted the lease too late to
     /// leave half its TTL (nobody holds it: CMD not run, the next run retries).
@@ -131,8 +133,18 @@ pub(crate) async fn run(client: &Client, command: JobCommand) -> Result<ExitCode
         run.abandon().await;
         return Ok(ended.code());
     }
+    // `complete` checks the lease before recording (a loss ready together with the command's
+    // exit wins), and the record counts only while the lease holds.
     match run.complete().await {
         Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(e @ redquorum::Error::LeaseLost { .. }) => {
+            eprintln!(
+                "redquorum: job {name:?}, period {period:?}: the command succeeded but the \
+                 job's lease was lost before the period was recorded ({e}); it does not count \
+                 as done (another host may run it, or a later run may find it done)"
+            );
+            Ok(Ended::LeaseLost.code())
+        }
         Err(e) => Err(Failure(format!(
             "job {name:?}, period {period:?}: the command succeeded but the period was not \
              recorded on a majority ({e}); a later run may run it again"

@@ -15,7 +15,7 @@ pub use error::ConfigError;
 #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))]
 pub use test_switches::CopyEvent;
 #[cfg(feature = "test-util")]
-pub(crate) use test_switches::CopyHook;
+pub(crate) use test_switches::{CopyHook, RecordHook};
 pub(crate) use tls::{hint as tls_hint, Tls, TlsConnector};
 pub use url::NodeUrl;
 
@@ -103,6 +103,15 @@ pub struct Config {
     /// Test-only: called at a copy's pause points.
     #[cfg(feature = "test-util")]
     pub(crate) copy_hook: Option<CopyHook>,
+    /// A job's completion record (and begin mark) is checked against the job's lease on each
+    /// node and counted only within the lease's validity (off: test switch).
+    pub(crate) fenced_records: bool,
+    /// A job's run marks the period begun on a majority, and a reader ignores a record below
+    /// the highest begin mark (off: test switch).
+    pub(crate) begun_marks: bool,
+    /// Test-only: called just before a job's completion record is sent.
+    #[cfg(feature = "test-util")]
+    pub(crate) record_hook: Option<RecordHook>,
     /// A repair writes a new marker epoch and restores beats by maximum (test switch).
     pub(crate) repair_epochs: bool,
     /// TEST ONLY (false outside tests): a repair that finds blank nodes sets a cluster up on
@@ -173,6 +182,10 @@ impl Config {
             copy_claimed: true,
             #[cfg(feature = "test-util")]
             copy_hook: None,
+            fenced_records: true,
+            begun_marks: true,
+            #[cfg(feature = "test-util")]
+            record_hook: None,
             repair_epochs: true,
             implicit_set_up: false,
             change_resumes: true,

@@ -34,6 +34,22 @@ pub(crate) struct CopyHook(pub(crate) std::sync::Arc<CopyHookFn>);
 #[cfg(feature = "test-util")]
 type CopyHookFn = dyn Fn(CopyEvent) -> futures::future::BoxFuture<'static, ()> + Send + Sync;
 
+/// The test-only record hook (see [`Config::with_record_hook_for_tests`]).
+#[cfg(feature = "test-util")]
+#[derive(Clone)]
+pub(crate) struct RecordHook(pub(crate) std::sync::Arc<RecordHookFn>);
+
+/// The function a [`RecordHook`] calls.
+#[cfg(feature = "test-util")]
+type RecordHookFn = dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync;
+
+#[cfg(feature = "test-util")]
+impl std::fmt::Debug for RecordHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordHook")
+    }
+}
+
 #[cfg(feature = "test-util")]
 impl std::fmt::Debug for CopyHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,6 +201,39 @@ impl Config {
     /// in a fan-out that starts before their probes are compared. Never use it in production.
     pub fn without_cluster_identity_for_tests(mut self) -> Self {
         self.cluster_identity = false;
+        self
+    }
+
+    /// TEST ONLY: a job's completion record is neither checked against the job's lease on the
+    /// nodes (`record.lua` skips the fence, floor and begin-mark check) nor judged against the
+    /// lease's validity by the client, and a run neither marks its period begun nor ignores a
+    /// record below a begin mark: the rules before issue 43, so a test can show a deposed
+    /// holder's late record making the period look done after its successor began it and
+    /// failed. Never use it in production.
+    pub fn with_unfenced_records_for_tests(mut self) -> Self {
+        self.fenced_records = false;
+        self.begun_marks = false;
+        self
+    }
+
+    /// TEST ONLY: a job's run does not mark its period begun on a majority, and a reader does
+    /// not ignore a record below the highest begin mark (the lease check on each node stays),
+    /// so a test can show a late record that landed on a node outside its successor's majority
+    /// making the period look done. Never use it in production.
+    pub fn without_begun_marks_for_tests(mut self) -> Self {
+        self.begun_marks = false;
+        self
+    }
+
+    /// TEST ONLY: call `hook` after a job's run has checked that its lease holds and just
+    /// before its completion record is sent, and wait for the future it returns, so a test
+    /// can stage a holder paused at exactly that moment (its lease lapses, another instance
+    /// takes the job over).
+    pub fn with_record_hook_for_tests(
+        mut self,
+        hook: impl Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        self.record_hook = Some(RecordHook(std::sync::Arc::new(hook)));
         self
     }
 }

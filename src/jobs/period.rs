@@ -19,11 +19,16 @@ use crate::lock::{Lock, LockGuard, LockOptions};
 /// leader run it (make the work's side effects idempotent or fenced by the token: a paused old
 /// leader can still be finishing).
 ///
-/// Three ways to run a period: [`run_period`](Self::run_period) (the work's end records the
-/// period, whatever it returns), [`try_run_period`](Self::try_run_period) (work that can fail:
-/// an `Err` records nothing, so the next call runs the period again), and
-/// [`begin_period`](Self::begin_period) (the caller holds the lease itself, as
-/// `redquorum job run` does for a command, and says when the period is complete).
+/// Three ways to run a period: [`run_period`](Self::run_period) (work that can fail: only its
+/// `Ok` records the period; an `Err` records nothing, so the next call runs the period
+/// again), [`run_period_infallible`](Self::run_period_infallible) (work that cannot fail: its
+/// end records the period), and [`begin_period`](Self::begin_period) (the caller holds the
+/// lease itself, as `redquorum job run` does for a command, and says when the period is
+/// complete).
+///
+/// A record counts only while the lease holds: a run that lost its lease (paused, cut off)
+/// is told so ([`Error::LeaseLost`]) and its late record counts for nobody, even where it
+/// lands: once a later run began the period, no record below that run's token counts.
 ///
 /// The job's lease is the lock named like the job ([`Lock::holder`] of that name shows who
 /// runs it). A one-shot call (`wait` zero, a cron run) takes over the lease of a runner that
@@ -61,7 +66,7 @@ impl JobOptions {
     }
 }
 
-/// What [`PeriodicJob::run_period`] (or [`PeriodicJob::try_run_period`]) did.
+/// What [`PeriodicJob::run_period`] (or [`PeriodicJob::run_period_infallible`]) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "the outcome says whether this call ran the period"]
 pub enum JobOutcome<T> {
@@ -69,8 +74,8 @@ pub enum JobOutcome<T> {
     Ran {
         /// The work's result.
         output: T,
-        /// The token it ran with (recorded with the completion; by `try_run_period` only when
-        /// the work returned `Ok`).
+        /// The token it ran with (recorded with the completion, by `run_period` only when the
+        /// work returned `Ok`).
         token: FencingToken,
     },
     /// The period was already completed (by the holder of `token`).
@@ -128,13 +133,19 @@ impl PeriodRun {
     }
 
     /// Record the period as done with this run's token on a majority, then release the lease.
-    /// Call it only when the work is complete: it records even if the lease was lost meanwhile
-    /// (a new holder may then be running the period again; fence or make the work idempotent).
+    /// Call it only when the work is complete. The record counts only while the lease holds:
+    /// a lease already lost records nothing; each node refuses the record where it shows a
+    /// later holder of the job's lease or a later run of the period; and it counts only if a
+    /// majority applied it before the lease's validity at its send ended (judged as an
+    /// extension is). So a run that lost its lease is told so, never that it recorded.
     ///
     /// # Errors
-    /// [`Error::NoQuorum`] if a majority did not apply the record (the lease is released
-    /// anyway). The record may then be on some nodes: a later run may find the period done, or
-    /// run it again.
+    /// [`Error::LeaseLost`] when the lease was lost before the record (nothing sent), when
+    /// the nodes refused it (a later holder or run: a new holder may be running the period),
+    /// or when a majority applied it only after the validity ended (it does not count, but a
+    /// later run may still find the period done); [`Error::NoQuorum`] when no majority
+    /// decided either way (the record may be on some nodes: a later run may find the period
+    /// done, or run it again). The lease is released in every case.
     ///
     /// # Cancel safety
     /// Not cancel-safe: a dropped call may leave the record on some nodes only (as with an
@@ -142,14 +153,15 @@ impl PeriodRun {
     pub async fn complete(self) -> Result<FencingToken, Error> {
         let PeriodRun { job, period, guard } = self;
         let token = guard.token();
-        let recorded = super::record(
-            &job.lock,
-            &job.done_key,
-            period.as_str(),
-            token,
-            job.retained,
-        )
-        .await;
+        let recorded = if guard.is_held() {
+            job.before_record().await;
+            super::record(&guard, &job.done_key, period.as_str(), job.retained).await
+        } else {
+            Err(Error::LeaseLost {
+                name: guard.name().to_string(),
+                reason: guard.loss_reason(),
+            })
+        };
         let _ = guard.release().await;
         recorded.map(|()| token)
     }
@@ -192,61 +204,27 @@ impl PeriodicJob {
         })
     }
 
-    /// Run `work` for `period` (for example `"2026-11-22"`) unless it was done already.
-    /// Waits up to `wait` for the job's lease. The period is recorded when `work` returns,
-    /// whatever it returns (for work that can fail, see [`try_run_period`](Self::try_run_period)).
+    /// Run fallible `work` for `period` (for example `"2026-11-22"`) unless it was done
+    /// already, waiting up to `wait` for the job's lease. `Ok` records the period with the
+    /// run's token on a majority (while the lease holds: see [`PeriodRun::complete`]); `Err`
+    /// records nothing, so the next call (here or on another instance) runs the period again.
+    /// Either way the outcome is [`JobOutcome::Ran`] with the work's result. For work that
+    /// cannot fail, [`run_period_infallible`](Self::run_period_infallible).
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the lease was lost while the work ran (the work was cancelled
-    /// and the period is not recorded); [`Error::NoQuorum`] without a majority;
-    /// [`Error::TooSlow`] or [`Error::Contended`] when the lease could not be taken though
-    /// nobody was seen holding it (see [`begin_period`](Self::begin_period)); invalid input.
-    ///
-    /// # Cancel safety
-    /// Not cancel-safe for the work: dropping the call drops `work` wherever it is and leaves
-    /// the period unrecorded (it runs again on the next call). The lease is released.
-    pub async fn run_period<F, Fut, T>(
-        &self,
-        period: &str,
-        wait: Duration,
-        work: F,
-    ) -> Result<JobOutcome<T>, Error>
-    where
-        F: FnOnce(FencingToken, CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let infallible = |token, cancel| {
-            let fut = work(token, cancel);
-            async move { Ok::<T, std::convert::Infallible>(fut.await) }
-        };
-        Ok(match self.try_run_period(period, wait, infallible).await? {
-            JobOutcome::Ran { output, token } => JobOutcome::Ran {
-                output: output.unwrap_or_else(|never| match never {}),
-                token,
-            },
-            JobOutcome::AlreadyDone { token } => JobOutcome::AlreadyDone { token },
-            JobOutcome::NotLeader => JobOutcome::NotLeader,
-        })
-    }
-
-    /// Run fallible `work` for `period` unless it was done already, waiting up to `wait` for
-    /// the job's lease. `Ok` records the period with the run's token (as
-    /// [`run_period`](Self::run_period)); `Err` records nothing, so the next call (here or on
-    /// another instance) runs the period again. Either way the outcome is
-    /// [`JobOutcome::Ran`] with the work's result.
-    ///
-    /// # Errors
-    /// [`Error::LeaseLost`] if the lease was lost while the work ran (the work was cancelled
-    /// and the period is not recorded); [`Error::NoQuorum`] without a majority (reading the
-    /// records, or recording after an `Ok`: the record may then be on some nodes only);
+    /// and the period is not recorded), also when the work and the loss were ready together
+    /// (the loss wins), and when the record came too late or was refused (see
+    /// [`PeriodRun::complete`]); [`Error::NoQuorum`] without a majority (reading the records,
+    /// or recording after an `Ok`: the record may then be on some nodes only);
     /// [`Error::TooSlow`] or [`Error::Contended`] as [`begin_period`](Self::begin_period);
     /// invalid input. The work's own failure is not an error of this call.
     ///
     /// # Cancel safety
-    /// As [`run_period`](Self::run_period): dropping the call drops `work` wherever it is and
-    /// leaves the period unrecorded, unless the record was being written (then it may be on
-    /// some nodes only). The lease is released.
-    pub async fn try_run_period<F, Fut, T, E>(
+    /// Not cancel-safe for the work: dropping the call drops `work` wherever it is and leaves
+    /// the period unrecorded (it runs again on the next call), unless the record was being
+    /// written (then it may be on some nodes only). The lease is released.
+    pub async fn run_period<F, Fut, T, E>(
         &self,
         period: &str,
         wait: Duration,
@@ -264,12 +242,14 @@ impl PeriodicJob {
         let token = run.token();
         let mut fut = Box::pin(work(token, run.guard.cancellation_token()));
         let output = tokio::select! {
-            out = &mut fut => out,
+            // The loss first: work that ends as the lease is lost is not recorded.
+            biased;
             reason = run.guard.lost() => {
                 drop(fut);
                 run.abandon().await;
                 return Err(Error::LeaseLost { name: self.lock.name().to_string(), reason });
             }
+            out = &mut fut => out,
         };
         match output {
             Ok(value) => {
@@ -287,6 +267,39 @@ impl PeriodicJob {
                 })
             }
         }
+    }
+
+    /// [`run_period`](Self::run_period) for work that cannot fail: the period is recorded
+    /// when `work` returns, whatever it returns. Work that can fail belongs in `run_period`,
+    /// which records only its `Ok`.
+    ///
+    /// # Errors
+    /// As [`run_period`](Self::run_period).
+    ///
+    /// # Cancel safety
+    /// As [`run_period`](Self::run_period).
+    pub async fn run_period_infallible<F, Fut, T>(
+        &self,
+        period: &str,
+        wait: Duration,
+        work: F,
+    ) -> Result<JobOutcome<T>, Error>
+    where
+        F: FnOnce(FencingToken, CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let infallible = |token, cancel| {
+            let fut = work(token, cancel);
+            async move { Ok::<T, std::convert::Infallible>(fut.await) }
+        };
+        Ok(match self.run_period(period, wait, infallible).await? {
+            JobOutcome::Ran { output, token } => JobOutcome::Ran {
+                output: output.unwrap_or_else(|never| match never {}),
+                token,
+            },
+            JobOutcome::AlreadyDone { token } => JobOutcome::AlreadyDone { token },
+            JobOutcome::NotLeader => JobOutcome::NotLeader,
+        })
     }
 
     /// Take the job's lease for `period` (waiting up to `wait`) and read its completion record
@@ -318,7 +331,7 @@ impl PeriodicJob {
             }
             Err(e) => return Err(e),
         };
-        match super::completed(&self.lock, &self.done_key, period.as_str()).await {
+        match self.due(&guard, period.as_str()).await {
             Ok(None) => Ok(PeriodStart::Due(PeriodRun {
                 job: self.clone(),
                 period,
@@ -332,6 +345,28 @@ impl PeriodicJob {
                 let _ = guard.release().await;
                 Err(e)
             }
+        }
+    }
+
+    /// Under the held lease: the record of `period` that counts, or `None` once the period is
+    /// marked begun with this run's token on a majority (no record below it counts any more).
+    async fn due(&self, guard: &LockGuard, period: &str) -> Result<Option<FencingToken>, Error> {
+        let begun = self.lock.client().config().begun_marks;
+        if let Some(token) = super::completed(&self.lock, &self.done_key, period, begun).await? {
+            return Ok(Some(token));
+        }
+        if begun {
+            super::mark_begun(guard, &self.done_key, period).await?;
+        }
+        Ok(None)
+    }
+
+    /// TEST ONLY: the pause of [`Config::with_record_hook_for_tests`](crate::Config), between
+    /// the loss check and the record; nothing otherwise.
+    async fn before_record(&self) {
+        #[cfg(feature = "test-util")]
+        if let Some(hook) = &self.lock.client().config().record_hook {
+            (hook.0)().await;
         }
     }
 }

@@ -242,6 +242,33 @@ impl LockGuard {
     }
 }
 
+/// What a write under the lease (a job's completion record) needs of the guard.
+impl LockGuard {
+    /// The holder's value as the nodes store it.
+    pub(crate) fn value(&self) -> Arc<str> {
+        self.shared.value.clone()
+    }
+
+    /// The end of validity now, on both clocks: a write sent now counts only if a majority
+    /// applies it before this passes (judged as an extension is).
+    pub(crate) fn validity(&self) -> Stamp {
+        self.shared.times().until
+    }
+
+    /// The lock this lease is of.
+    pub(crate) fn lock(&self) -> &Lock {
+        &self.shared.lock
+    }
+
+    /// Why the lease ended ([`LossReason::Expired`] if no loss was signalled yet).
+    pub(crate) fn loss_reason(&self) -> LossReason {
+        match &*self.shared.status.borrow() {
+            LeaseStatus::Lost(r) => r.clone(),
+            LeaseStatus::Held { .. } => LossReason::Expired,
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {

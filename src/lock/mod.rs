@@ -401,6 +401,18 @@ impl Lock {
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
     }
+
+    /// The keys a node reads to judge whether a later holder exists (`record.lua`): the lock
+    /// key, its fence key, its floor bucket and the older single floor.
+    pub(crate) fn holder_check_keys(&self) -> [String; 4] {
+        let inner = &self.inner;
+        [
+            inner.key.clone(),
+            inner.fence_key.clone(),
+            inner.floor_key.clone(),
+            fixed_key(KeyKind::FenceFloor),
+        ]
+    }
 }
 
 pub use crate::lease::LossReason;
