@@ -106,6 +106,21 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub(crate) output: Format,
 
+    /// TEST ONLY (builds with the test-util feature): after a job's run checked that its
+    /// lease holds and just before it sends its completion record, create FILE.paused and
+    /// wait until FILE exists, so a test can stop the process at exactly that moment.
+    #[cfg(feature = "test-util")]
+    #[arg(long, global = true, hide = true, value_name = "FILE")]
+    pub(crate) record_pause_for_tests: Option<std::path::PathBuf>,
+
+    /// TEST ONLY (builds with the test-util feature): a job's completion record is not
+    /// checked against the job's lease and no period is marked begun
+    /// (`Config::with_unfenced_records_for_tests`), so a test can show the late record it
+    /// lets count.
+    #[cfg(feature = "test-util")]
+    #[arg(long, global = true, hide = true)]
+    pub(crate) unfenced_records_for_tests: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -41,8 +41,34 @@ pub(crate) fn from_options(cli: &Cli, nodes_from_env: bool) -> Result<Config, Fa
             other => other.into(),
         })?;
     }
+    #[cfg(feature = "test-util")]
+    {
+        config = with_test_switches(cli, config);
+    }
     validate(&config)?;
     Ok(config)
+}
+
+/// TEST ONLY: the hidden `--record-pause-for-tests` and `--unfenced-records-for-tests`.
+#[cfg(feature = "test-util")]
+fn with_test_switches(cli: &Cli, mut config: Config) -> Config {
+    if cli.unfenced_records_for_tests {
+        config = config.with_unfenced_records_for_tests();
+    }
+    if let Some(file) = cli.record_pause_for_tests.clone() {
+        config = config.with_record_hook_for_tests(move || {
+            let file = file.clone();
+            Box::pin(async move {
+                let mut paused = file.clone().into_os_string();
+                paused.push(".paused");
+                let _ = std::fs::write(paused, b"");
+                while !file.exists() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        });
+    }
+    config
 }
 
 /// The node list of `--nodes` (`list`, which clap may have read from `REDQUORUM_NODES`:

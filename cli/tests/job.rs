@@ -359,3 +359,94 @@ async fn job_run_after_a_crashed_or_cut_off_run_runs_the_period_again() {
     );
     assert_eq!(h.hosts_that_ran(), ["host-a", "host-b", "host-a", "host-c"]);
 }
+
+/// Issue 43's story in processes: host A's command succeeded, and A stops (SIGSTOP) after its
+/// loss check, just before its record; its lease lapses; host B takes the job over, begins the
+/// day and its command fails; A resumes and sends its record. Returns A's, B's and host C's
+/// (the next cron) runs. `unfenced`: the record is neither checked by the nodes nor judged by
+/// the client, and no day is marked begun (the rules before issue 43).
+#[cfg(feature = "test-util")]
+async fn a_stopped_hosts_late_record(h: &Hosts, unfenced: bool) -> (Ran, Ran, Ran) {
+    let day = "2026-12-03";
+    let resume = h.dir.path().join("resume");
+    let paused = h.dir.path().join("resume.paused");
+    let mut weakened: Vec<&str> = vec!["--ttl", "2s"];
+    if unfenced {
+        weakened.push("--unfenced-records-for-tests");
+    }
+    let resume_arg = resume.display().to_string();
+    let mut a_options = weakened.clone();
+    a_options.extend(["--record-pause-for-tests", resume_arg.as_str()]);
+    let a = h.spawn("host-a", day, &a_options, "true");
+    until_exists(&paused).await;
+    let a_pid = a.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &a_pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} host A's job run");
+    };
+    signal("-STOP");
+
+    let mut b_options = weakened.clone();
+    b_options.extend(["--wait", "20s"]);
+    let b = h.cron("host-b", day, &b_options, "exit 1").await;
+
+    signal("-CONT");
+    std::fs::write(&resume, b"").unwrap();
+    let a = Ran::of(a.wait_with_output().await.unwrap());
+    let c = h.cron("host-c", day, &weakened, "true").await;
+    println!("A: {a:?}\nB: {b:?}\nC: {c:?}\nran: {:?}", h.runs());
+    (a, b, c)
+}
+
+#[cfg(feature = "test-util")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_run_whose_lease_lapsed_before_its_record_exits_4_and_the_day_runs_again() {
+    let h = Hosts::start().await;
+    let (a, b, c) = a_stopped_hosts_late_record(&h, false).await;
+    assert_eq!(
+        b.code,
+        Some(1),
+        "host B took the job over and failed: {b:?}"
+    );
+    assert_eq!(
+        a.code,
+        Some(4),
+        "host A's record went out after B took the job over: A must exit 4 (lease lost), not 0: \
+         {a:?}"
+    );
+    assert!(
+        a.stderr
+            .contains("lease was lost before the period was recorded"),
+        "{a:?}"
+    );
+    assert_eq!(
+        (c.code, h.hosts_that_ran()),
+        (
+            Some(0),
+            vec!["host-a".into(), "host-b".into(), "host-c".into()]
+        ),
+        "B began the day and failed: host C's cron must run it again: {c:?}"
+    );
+}
+
+#[cfg(feature = "test-util")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_unfenced_records_a_lapsed_hosts_late_record_skips_the_day() {
+    let h = Hosts::start().await;
+    let (a, b, c) = a_stopped_hosts_late_record(&h, true).await;
+    assert_eq!(
+        b.code,
+        Some(1),
+        "host B took the job over and failed: {b:?}"
+    );
+    assert!(
+        a.code == Some(0) && c.already_done("2026-12-03", h.token(0)),
+        "without the protection, A's late record must count and host C must find the day done \
+         by A's token though B began it and failed (A: {a:?}, C: {c:?}); if not, this test has \
+         no teeth"
+    );
+}

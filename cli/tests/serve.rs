@@ -1092,3 +1092,92 @@ fn a_session(events: &Events) -> String {
         .clone()
         .expect("the stream's first event named its session")
 }
+
+/// Issue 43's story through `serve`: a caller's `/complete` passes the loss check and its
+/// server stops (SIGSTOP) just before the record; the lease lapses; a caller of another server
+/// takes the job over, begins the period and gives it up; the first server resumes and sends
+/// the record. Returns the late `/complete`'s answer and the next begin's.
+#[cfg(feature = "test-util")]
+async fn a_late_complete_through_a_stopped_server(unfenced: bool) -> ((u16, Value), (u16, Value)) {
+    let (_nodes, list) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let resume = dir.path().join("resume");
+    let resume_arg = resume.display().to_string();
+    let mut weakened: Vec<&str> = Vec::new();
+    if unfenced {
+        weakened.push("--unfenced-records-for-tests");
+    }
+    let mut a_args = weakened.clone();
+    a_args.extend(["--record-pause-for-tests", resume_arg.as_str()]);
+    let a = Server::start(&list, &a_args).await;
+    let b = Server::start(&list, &weakened).await;
+    let begin = |server: &Server, wait: &str| {
+        format!(
+            "{}/v1/jobs/late/periods/p1/begin?ttl=1s&wait={wait}&session=keepalive&keepalive=1h",
+            server.url
+        )
+    };
+    let (status, begun) = post_json(&begin(&a, "0s")).await;
+    assert_eq!(
+        (status, &begun["event"]),
+        (200, &Value::from("begun")),
+        "{begun}"
+    );
+    let session = begun["session"].as_str().unwrap().to_string();
+    let complete_url = format!("{}/v1/sessions/{session}/complete", a.url);
+    let complete = tokio::spawn(async move { post_json(&complete_url).await });
+    let paused = dir.path().join("resume.paused");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !paused.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the complete never reached its record"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.signal("STOP");
+
+    let (status, taken) = post_json(&begin(&b, "10s")).await;
+    assert_eq!(
+        (status, &taken["event"]),
+        (200, &Value::from("begun")),
+        "{taken}"
+    );
+    let b_session = taken["session"].as_str().unwrap();
+    let (status, _) = post_json(&format!("{}/v1/sessions/{b_session}/release", b.url)).await;
+    assert_eq!(status, 200, "the second caller gives the period up");
+
+    a.signal("CONT");
+    std::fs::write(&resume, b"").unwrap();
+    let late = complete.await.unwrap();
+    let next = post_json(&begin(&b, "10s")).await;
+    println!("late complete: {late:?}\nnext begin: {next:?}");
+    (late, next)
+}
+
+#[cfg(feature = "test-util")]
+#[tokio::test]
+async fn a_complete_whose_record_goes_out_after_the_lease_was_lost_answers_409() {
+    let ((status, late), (_, next)) = a_late_complete_through_a_stopped_server(false).await;
+    assert_eq!(
+        (status, &late["error"]["code"]),
+        (409, &Value::from("lease_lost")),
+        "a record sent after another caller took the job over must not be `recorded: true`: \
+         {late}"
+    );
+    assert_eq!(
+        next["event"], "begun",
+        "the second caller began the period and gave it up: it must be due again: {next}"
+    );
+}
+
+#[cfg(feature = "test-util")]
+#[tokio::test]
+async fn with_unfenced_records_a_late_complete_is_recorded_and_the_period_skipped() {
+    let ((status, late), (_, next)) = a_late_complete_through_a_stopped_server(true).await;
+    assert!(
+        status == 200 && late["recorded"] == true && next["event"] == "done",
+        "without the protection, the late record must count and the period look done (late \
+         {status} {late}, next {next}); if not, this test has no teeth"
+    );
+}

@@ -235,7 +235,11 @@ class PeriodRun(Lease):
         super().__init__(client, conn, response, first)
 
     def complete(self):
-        """Record the period as done with this run's token (then the lease is released)."""
+        """Record the period as done with this run's token (then the lease is released).
+
+        The record counts only while the job's lease holds: Error with code "lease_lost"
+        (409) when it was lost before the record counted (nothing counts as recorded), and
+        "no_quorum" (503) when no majority decided either way."""
         return self._finish("complete")
 
     def abandon(self):

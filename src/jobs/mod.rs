@@ -395,6 +395,61 @@ mod tests {
     }
 
     #[test]
+    fn a_record_below_the_highest_begin_mark_does_not_count() {
+        // (record, begin mark) per answering node.
+        let late_on_one_node = [(Some(5), None), (None, Some(6)), (None, Some(6))];
+        assert_eq!(
+            counted_record(&late_on_one_node, true),
+            None,
+            "token 6 began the period after 5 lost its lease: 5's late record is ignored"
+        );
+        assert_eq!(
+            counted_record(&late_on_one_node, false),
+            Some(5),
+            "without begin marks the late record makes the period look done (the hole)"
+        );
+        let done = [(Some(6), Some(6)), (Some(6), Some(6)), (Some(5), Some(5))];
+        assert_eq!(counted_record(&done, true), Some(6), "at the mark counts");
+        let partial = [(Some(5), Some(5)), (None, Some(5)), (None, None)];
+        assert_eq!(
+            counted_record(&partial, true),
+            Some(5),
+            "a record on one node, at the highest mark, is found as before"
+        );
+        assert_eq!(counted_record(&[(None, Some(7))], true), None);
+    }
+
+    #[test]
+    fn a_write_under_the_lease_counts_only_in_time_and_refusals_mean_a_later_holder() {
+        // (applied, later, nodes, needed, in time) -> verdict
+        let cases = [
+            ((2, 0, 3, 2, true), Verdict::Counted),
+            ((3, 0, 3, 2, true), Verdict::Counted),
+            ((2, 1, 3, 2, false), Verdict::Late),
+            ((1, 2, 3, 2, true), Verdict::Refused),
+            ((0, 3, 3, 2, false), Verdict::Refused),
+            ((1, 1, 3, 2, true), Verdict::Undecided),
+            ((0, 0, 3, 2, true), Verdict::Undecided),
+            ((2, 2, 5, 3, true), Verdict::Undecided),
+            ((2, 3, 5, 3, true), Verdict::Refused),
+        ];
+        for ((applied, later, nodes, needed, in_time), want) in cases {
+            assert_eq!(
+                judge(applied, later, nodes, needed, in_time),
+                want,
+                "{applied} applied, {later} later of {nodes} (in time: {in_time})"
+            );
+        }
+    }
+
+    #[test]
+    fn the_begin_mark_field_cannot_be_a_period_name() {
+        let field = begun_field("2026-12-03");
+        assert!(crate::keys::Name::new("period", field.as_str()).is_err());
+        assert!(field.ends_with("2026-12-03"));
+    }
+
+    #[test]
     fn pruning_is_marker_guarded() {
         let step = prune_step("rq:ack:g", 5, 0);
         assert!(step.is_guarded());

@@ -51,7 +51,8 @@ pub struct JobOptions {
 
 impl JobOptions {
     /// How many completion records to keep (default 1024): after each completion the oldest
-    /// records (lowest tokens) beyond this many are deleted, so the record hash stays bounded.
+    /// records (lowest tokens) beyond this many are deleted, so the record hash stays bounded
+    /// (it holds two fields per period, its record and its begin mark: `2 * n` fields).
     /// A period older than the retained ones is not remembered: asked for again, it runs
     /// again. At least 1.
     pub fn with_retained_records(mut self, n: u64) -> Self {

@@ -165,6 +165,9 @@ async fn complete(
             )));
             None
         }
+        // The library checks the lease again, and the record counts only if a majority
+        // applied it while the lease held: a late or refused record is `lease_lost` (409),
+        // one decided neither way `no_quorum` (503); never `recorded: true`.
         Held::Period(run) => {
             let event = match run.complete().await {
                 Ok(token) => {
@@ -174,6 +177,7 @@ async fn complete(
             };
             let shown = match &event {
                 Ok(v) => v.clone(),
+                Err(e) if e.code == "lease_lost" => json!({"event": "lost", "reason": e.message}),
                 Err(e) => json!({"event": "completed", "recorded": false, "error": e.message}),
             };
             events.send(session, shown).await;
