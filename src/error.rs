@@ -65,7 +65,8 @@ pub enum Error {
         /// How long the round took, from sending to the majority's answers.
         took: std::time::Duration,
     },
-    /// The lease was lost while the guarded work ran; the work was cancelled.
+    /// The lease was lost while the guarded work ran (the work was cancelled), or before a
+    /// write under it counted (a job's completion record: it does not count as recorded).
     #[error("lease on {name:?} lost: {reason}")]
     LeaseLost {
         /// The lock.
