@@ -250,3 +250,41 @@ async fn failed_work_leaves_the_period_to_the_next_call_which_records_it() {
         "the successful run recorded P with its token"
     );
 }
+
+/// Other locks share the job lock's fence floor bucket (1,024 buckets for every lock name):
+/// their releases may raise it above a live holder's token. The lease check reads the floors
+/// only where a node holds no copy of the holder's lease, so a holder that keeps its copies
+/// still records. (A check of the floors everywhere would refuse this record on every node:
+/// the period would never be recorded while another lock of its bucket is busy.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floors_raised_by_other_locks_do_not_refuse_a_live_holders_record() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let job = job(&cluster, Weakened::Nothing, None).await;
+    let PeriodStart::Due(run) = job.begin_period(PERIOD, Duration::ZERO).await.unwrap() else {
+        panic!("P is due at first");
+    };
+    let token = run.token();
+    // Every bucket and the single floor far above the token, on every node, as releases of
+    // busy locks in the job lock's bucket would leave them.
+    let above = token.get() + 1000;
+    for i in 0..3 {
+        let mut con = cluster.node(i).direct_connection().await;
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg("rq:floor").arg(above).ignore();
+        for bucket in 0..1024 {
+            pipe.cmd("SET")
+                .arg(format!("rq:floor:{bucket}"))
+                .arg(above)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut con).await.expect("floors raised");
+    }
+    let recorded = run.complete().await;
+    assert_eq!(
+        recorded.as_ref().ok(),
+        Some(&token),
+        "the holder kept its copies: floors raised by other locks must not refuse its record: \
+         {recorded:?}"
+    );
+}
