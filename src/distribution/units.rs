@@ -248,8 +248,9 @@ impl Units {
                     .map(|((f, set), v)| entry(v, *set).map(|e| (f.clone(), e)))
                     .collect::<Result<_, _>>()?;
                 let step = write_step(&self.keys, &entries);
-                let request =
-                    Request::vote("units.write").within(self.client.config().operation_timeout());
+                // Within the node timeout, as every writing vote (`Request::node_deadline`):
+                // a repair waits no longer for writes in flight.
+                let request = Request::vote("units.write");
                 let tally = self.client.send(request, step).await;
                 let below_floor = tally
                     .results()
@@ -339,7 +340,6 @@ impl Units {
     }
 
     async fn collect(&self, floor_first: bool) -> Result<usize, Error> {
-        let bulk = self.client.config().operation_timeout();
         let nodes = self.client.node_urls().len();
         let all = self.read().await?;
         if all.len() < nodes {
@@ -356,10 +356,7 @@ impl Units {
                 .decode(|_, v| decode::one_applied(v));
             let tally = self
                 .client
-                .send(
-                    Request::vote("units.gc.floor").wait_all().within(bulk),
-                    step,
-                )
+                .send(Request::vote("units.gc.floor").wait_all(), step)
                 .await;
             if tally.applied() < nodes {
                 return Ok(0);
@@ -372,10 +369,7 @@ impl Units {
             }
             let step = call.decode(|_, v| decode::count_or_refusal(v));
             self.client
-                .send(
-                    Request::vote("units.gc.delete").wait_all().within(bulk),
-                    step,
-                )
+                .send(Request::vote("units.gc.delete").wait_all(), step)
                 .await;
         }
         Ok(candidates.len())
@@ -403,7 +397,8 @@ impl Units {
             .decide(
                 Request::vote("units.read")
                     .wait_all()
-                    .within(self.client.config().operation_timeout()),
+                    .within(self.client.config().operation_timeout())
+                    .reads_only(),
                 read,
             )
             .await?;
