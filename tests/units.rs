@@ -210,6 +210,67 @@ async fn a_collection_with_a_node_down_collects_nothing_and_changes_nothing() {
     assert_eq!(units.list().await.expect("listed"), want);
 }
 
+/// One collection of two removed units while node 1's replies take 600 ms (300 ms each way)
+/// on a client with the default node timeout (250 ms): the count collected, and how long it
+/// took.
+/// Every node must apply the collection's floor before anything is deleted, so node 1's late
+/// reply decides it.
+async fn collection_with_a_slow_node(bounded: bool) -> (usize, std::time::Duration) {
+    use std::time::{Duration, Instant};
+
+    let cluster = Cluster::start(3).await;
+    let mut config = common::config_from_urls(cluster.urls()).unwrap();
+    if !bounded {
+        config = config.with_unbounded_vote_deadlines_for_tests();
+    }
+    let c = common::connect(config).await.expect("client");
+    let units = Units::new(&c, "slow").expect("pool");
+    let names: Vec<String> = (0..4).map(|i| format!("u{i}")).collect();
+    units.add(&names).await.expect("added");
+    units.remove(&names[..2]).await.expect("removed");
+    // Node 1 answers, but later than the node timeout: a repair of another node would have
+    // stopped waiting for this write in flight before it lands.
+    cluster.node(1).set_latency(Duration::from_millis(300));
+    let started = Instant::now();
+    let collected = units.collect_removed().await.expect("the read answers");
+    let took = started.elapsed();
+    cluster.node(1).set_latency(Duration::ZERO);
+    (collected, took)
+}
+
+/// Every vote that may change a node counts a reply only within the cluster's node timeout,
+/// the time a repair waits for writes in flight before it reads the other nodes: a
+/// collection's floor, applied by a node whose reply comes after that, is not counted (the
+/// collection collects nothing and leaves the removals for later). Unit writes and the pool's
+/// list writes once waited the 5 s operation timeout for such a reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_never_counted_from_a_reply_later_than_the_node_timeout() {
+    init_tracing();
+    let (collected, took) = collection_with_a_slow_node(true).await;
+    assert_eq!(
+        collected, 0,
+        "the collection counted node 1's floor from a reply later than the 250 ms node timeout \
+         (it took {took:?}): a repair waiting the node timeout could miss that write"
+    );
+}
+
+/// The teeth: with the bound switched off, the same collection waits for node 1's late reply
+/// (the 5 s operation timeout allows it) and counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_bound_a_write_is_counted_from_a_late_reply() {
+    init_tracing();
+    let (collected, took) = collection_with_a_slow_node(false).await;
+    assert_eq!(
+        collected, 2,
+        "without the bound, node 1's late floor (took {took:?}) is counted and the two removals \
+         collected"
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(550),
+        "the count waited for node 1's 600 ms reply, took {took:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replace_all_leaves_exactly_the_new_units() {
     init_tracing();

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use redquorum::LockGuard;
 
 /// How a command run under a lease ended.
@@ -42,7 +41,8 @@ pub(crate) async fn run_while_held(
 }
 
 /// Run `command` while `guard`'s lease is held, with `env` added to its environment, in a
-/// process group of its own. Ends with the child's exit code (128+signal if a signal ended
+/// process group of its own, tethered to this process: if we die (`kill -9`, OOM), the
+/// command and its group are killed too (see `tether.rs`). Ends with the child's exit code (128+signal if a signal ended
 /// it); on loss of the lease the group gets SIGTERM, then SIGKILL once the remaining validity
 /// is used up ([`Ended::LeaseLost`], code 4); on our own SIGTERM/SIGINT the group gets SIGTERM,
 /// 5 s (never past the lease) to end, then SIGKILL ([`Ended::Stopped`], 143/130). The caller
@@ -56,8 +56,6 @@ pub(crate) async fn supervise(
     env: &[(&str, String)],
     stop: Stop,
 ) -> Result<Ended, redquorum::Error> {
-    use std::os::unix::process::ExitStatusExt;
-
     let (program, args) = match command.split_first() {
         Some(split) => split,
         None => {
@@ -66,33 +64,43 @@ pub(crate) async fn supervise(
             ))
         }
     };
-    let mut child = match tokio::process::Command::new(program)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(c) => c,
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    let mut tethered = match crate::tether::spawn(command).await {
+        Ok(t) => t,
         Err(e) => {
             return Err(redquorum::Error::InvalidArgument(format!(
                 "cannot run {program:?}: {e}"
             )));
         }
     };
-    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let pgid = tethered.pgid;
     let kill_group = |sig: Signal| {
-        if let Some(pgid) = pgid {
-            let _ = killpg(pgid, sig);
-        }
+        let _ = killpg(pgid, sig);
     };
+    let ended = watch(&mut tethered.child, guard, name, stop, kill_group).await;
+    tethered.release().await;
+    Ok(ended)
+}
+
+/// Wait for the first of: the command's exit, the loss of the lease, our own signal; stop
+/// the command's group for the last two.
+async fn watch(
+    child: &mut tokio::process::Child,
+    guard: &LockGuard,
+    name: &str,
+    stop: Stop,
+    kill_group: impl Fn(Signal),
+) -> Ended {
+    use std::os::unix::process::ExitStatusExt;
+
     tokio::select! {
         status = child.wait() => {
             let code = match status {
                 Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
                 Err(_) => 1,
             };
-            Ok(Ended::Exited(u8::try_from(code).unwrap_or(1)))
+            Ended::Exited(u8::try_from(code).unwrap_or(1))
         }
         reason = guard.lost() => {
             // Stop the child before anyone else can hold the lock: SIGTERM now, SIGKILL once
@@ -105,12 +113,12 @@ pub(crate) async fn supervise(
                 let _ = child.wait().await;
             }
             kill_group(Signal::SIGKILL); // grandchildren that outlived the child
-            Ok(Ended::LeaseLost)
+            Ended::LeaseLost
         }
         code = stop => {
             kill_group(Signal::SIGTERM);
-            stop_within_lease(&mut child, guard, kill_group).await;
-            Ok(Ended::Stopped(code))
+            stop_within_lease(child, guard, kill_group).await;
+            Ended::Stopped(code)
         }
     }
 }

@@ -10,7 +10,8 @@
 //! (`precheck.rs`), builds the configuration from the global options (`config.rs`) and hands
 //! over to the command's own module: `check.rs`, `acl.rs`, `ping.rs`, `id.rs`, `lock.rs`,
 //! `index.rs`, `units.rs`, `dist.rs`, `cluster.rs`, `election.rs`, `job.rs`, `serve/`,
-//! `completions.rs`. Shared by several: `child.rs` (a command run under a lease), `output.rs`
+//! `completions.rs`. Shared by several: `child.rs` (a command run under a lease; `tether.rs` starts it so that
+//! it dies with us), `output.rs`
 //! (`--output json`), `metrics.rs` (`--metrics-addr`), `record.rs` (`--record`) and
 //! `failure.rs` (the error printed with exit code 2).
 
@@ -42,6 +43,7 @@ mod ping;
 mod precheck;
 mod record;
 mod serve;
+mod tether;
 mod tls;
 mod units;
 

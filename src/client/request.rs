@@ -62,11 +62,16 @@ pub(crate) struct Request {
     pub(crate) name: &'static str,
     pub(crate) targets: Targets,
     pub(crate) wait: Wait,
-    /// Per-node deadline; the client's node timeout when `None`.
+    /// Per-node deadline asked for; the client's node timeout when `None`. A vote that may
+    /// change a node is held to the node timeout whatever this says
+    /// ([`node_deadline`](Self::node_deadline)).
     pub(crate) deadline: Option<Duration>,
     /// Only nodes that may vote (verified, marked, one per server) are asked. Off for
     /// repair and census, which see every URL and count servers themselves.
     pub(crate) voting_only: bool,
+    /// The operation changes nothing on the nodes (a read): its per-node deadline may exceed
+    /// the node timeout.
+    pub(crate) reads_only: bool,
 }
 
 impl Request {
@@ -78,6 +83,7 @@ impl Request {
             wait: Wait::Decided,
             deadline: None,
             voting_only: true,
+            reads_only: false,
         }
     }
 
@@ -118,11 +124,43 @@ impl Request {
     }
 
     /// A per-node deadline of its own (leases use a fraction of their TTL, repair a whole
-    /// operation timeout).
+    /// operation timeout, a large read the operation timeout). For a vote that may change a
+    /// node, only a deadline shorter than the node timeout takes effect
+    /// ([`node_deadline`](Self::node_deadline)).
     pub(crate) fn within(self, deadline: Duration) -> Request {
         Request {
             deadline: Some(deadline),
             ..self
+        }
+    }
+
+    /// This vote only reads (a read step, or a script that writes nothing): its
+    /// [`within`](Self::within) deadline may exceed the node timeout, as a large reply needs.
+    /// A repair waits for writes in flight only; a read counted late changes nothing it must
+    /// see.
+    pub(crate) fn reads_only(self) -> Request {
+        Request {
+            reads_only: true,
+            ..self
+        }
+    }
+
+    /// The per-node deadline this request is sent with, on a client whose node timeout is
+    /// `node_timeout`: the one asked for, but never above the node timeout for a vote that may
+    /// change a node.
+    ///
+    /// Why: a repair of a node that lost its data waits the cluster's node timeout for writes
+    /// in flight before it reads the other nodes (`repair::Repairer::settle_and_count`), since
+    /// a client counts a reply only within its per-node deadline. A write counted from a
+    /// reply later than that (a unit removal applied late on one node of its majority) could
+    /// be one the repair did not see. Requests to any node (repair, census, set-up) are not
+    /// votes: they run under the repairer's claims and are judged by their own procedure.
+    pub(crate) fn node_deadline(&self, node_timeout: Duration) -> Duration {
+        let asked = self.deadline.unwrap_or(node_timeout);
+        if self.voting_only && !self.reads_only {
+            asked.min(node_timeout)
+        } else {
+            asked
         }
     }
 
@@ -572,6 +610,52 @@ mod tests {
         );
         let r = Request::any_node("z", Targets::All).finishing_in_background();
         assert_eq!(r.wait, Wait::Background);
+    }
+
+    /// Every vote that may change a node is sent within the node timeout, whatever deadline
+    /// its builder asked for (`units.write` and the pool's list writes once asked for the
+    /// operation timeout, longer than the wait of a repair); reads and requests to any node
+    /// keep theirs.
+    #[test]
+    fn a_writing_votes_per_node_deadline_never_exceeds_the_node_timeout() {
+        let node_timeout = Duration::from_millis(250);
+        let long = Duration::from_secs(5);
+        let short = Duration::from_millis(40);
+        let writes = [
+            Request::vote("w").within(long),
+            Request::vote("w").wait_all().within(long),
+            Request::vote("w").within(long).linger(long),
+            Request::vote("w").within(long).finishing_in_background(),
+            Request::vote("w").within(long).wait_all_if(true),
+        ];
+        for r in &writes {
+            assert_eq!(
+                r.node_deadline(node_timeout),
+                node_timeout,
+                "a writing vote asked for {long:?} must be held to the node timeout: {r:?}"
+            );
+        }
+        assert_eq!(Request::vote("w").node_deadline(node_timeout), node_timeout);
+        assert_eq!(
+            Request::vote("w").within(short).node_deadline(node_timeout),
+            short,
+            "a shorter deadline (a lease's) is kept"
+        );
+        assert_eq!(
+            Request::vote("r")
+                .within(long)
+                .reads_only()
+                .node_deadline(node_timeout),
+            long,
+            "a read may take the operation timeout"
+        );
+        assert_eq!(
+            Request::any_node("repair", Targets::All)
+                .within(long)
+                .node_deadline(node_timeout),
+            long,
+            "a request to any node is not a vote"
+        );
     }
 
     #[test]

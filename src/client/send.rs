@@ -66,20 +66,32 @@ impl Client {
         self.send_decided(request, steps, Some(decider)).await
     }
 
+    /// The per-node deadline `request` is sent with ([`Request::node_deadline`]: a writing
+    /// vote within the node timeout), unless a test switched the bound off: then a writing
+    /// vote that asked for no shorter deadline gets the operation timeout, as unit and list
+    /// writes once did.
+    fn node_deadline(&self, request: &Request) -> std::time::Duration {
+        let config = &self.inner.config;
+        if config.unbounded_vote_deadlines && request.voting_only && !request.reads_only {
+            return request.deadline.unwrap_or(config.operation_timeout);
+        }
+        request.node_deadline(config.node_timeout)
+    }
+
     async fn send_decided<T: Send + 'static>(
         &self,
         request: Request,
         steps: impl Into<Steps<T>>,
         decider: Option<fanout::Decider<T>>,
     ) -> Tally<T> {
+        let node_timeout = self.node_deadline(&request);
         let Request {
             name,
             targets,
             wait,
-            deadline,
             voting_only,
+            ..
         } = request;
-        let node_timeout = deadline.unwrap_or(self.inner.config.node_timeout);
         // One cluster id for the whole fan-out, and one vote per server: the first node of
         // this fan-out to reach a server claims it, so a second URL to the same server is
         // excluded from the very first fan-out (before any probe comparison could notice).

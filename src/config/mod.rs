@@ -87,6 +87,9 @@ pub struct Config {
     pub(crate) takeover_wait: bool,
     /// A lost reply counts as applied (test switch).
     pub(crate) lost_replies_counted: bool,
+    /// A vote that may change a node is sent with the deadline its builder asked for, even
+    /// above the node timeout (test switch).
+    pub(crate) unbounded_vote_deadlines: bool,
     /// A lock attempt dropped mid-round releases the round (off: test switch).
     pub(crate) undo_dropped_rounds: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
@@ -174,6 +177,7 @@ impl Config {
             server_clock_leases: false,
             takeover_wait: true,
             lost_replies_counted: false,
+            unbounded_vote_deadlines: false,
             undo_dropped_rounds: true,
             floor_recheck: true,
             newest_lease_restore: false,
@@ -327,7 +331,11 @@ impl Config {
     }
 
     /// Deadline for one request to one node, connecting included. Default 250 ms.
-    /// A node that does not answer in time counts as unknown for that operation.
+    /// A node that does not answer in time counts as unknown for that operation. Every
+    /// request that may change a node is held to it, however large (a unit or list write
+    /// too): a repair waits this long for writes in flight, and a reply counted later could be
+    /// a write it missed. Only reads whose reply grows with the data (a pool's units and
+    /// lists) may take up to the operation timeout.
     pub fn with_node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = d;
         self
@@ -534,6 +542,13 @@ impl Config {
         }
         if !self.cluster_identity {
             out.push("cluster identity is not checked (test-only switch): a client with another node list can count majorities that do not intersect".into());
+        }
+        if self.unbounded_vote_deadlines {
+            out.push(
+                "writing votes may count replies later than the node timeout (test-only \
+                 switch): a repair may miss a write in flight"
+                    .into(),
+            );
         }
         if self.lost_replies_counted {
             out.push(

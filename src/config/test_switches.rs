@@ -128,6 +128,15 @@ impl Config {
         self
     }
 
+    /// TEST ONLY: a vote that may change a node is sent with the per-node deadline its
+    /// operation asked for, or the operation timeout when it asked for none (as unit and list
+    /// writes once were), instead of at most the node timeout, so a test can show a write
+    /// counted from a reply later than the wait of a repair. Never use it in production.
+    pub fn with_unbounded_vote_deadlines_for_tests(mut self) -> Self {
+        self.unbounded_vote_deadlines = true;
+        self
+    }
+
     /// TEST ONLY: a repair (or a change of the node list) does not re-read the fence floors
     /// after its scans, so a test can show the token that a lock release during the copy
     /// makes it miss. Never use it in production.

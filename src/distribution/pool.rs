@@ -97,8 +97,9 @@ impl PoolTables {
         }
     }
 
-    /// The per-node deadline of reads and writes whose size grows with the pool (a unit
-    /// register of 100,000 entries is megabytes): the operation timeout, not the node timeout.
+    /// The per-node deadline of reads whose size grows with the pool (a unit register of
+    /// 100,000 entries is megabytes): the operation timeout, not the node timeout. Writes stay
+    /// within the node timeout (`Request::node_deadline`), which a repair waits for them.
     fn bulk(&self) -> Duration {
         self.client.config().operation_timeout()
     }
@@ -148,6 +149,12 @@ impl PoolTables {
     /// send megabytes every time. So such a read waits for every node, at most once per
     /// [`CATCH_UP_EVERY`] (a node that is down makes that read wait its deadline). Otherwise
     /// late replies linger a little.
+    ///
+    /// It counts as a read (`reads_only`: up to the operation timeout, not the node timeout)
+    /// although `units_since.lua` writes: only its own change-log bookkeeping (the stamp, the
+    /// cursor's binding, a trimmed log), which a repair need not see. The binding names the
+    /// node's marker and its last repair (`rq:marked`), which a repair changes: the leader's
+    /// cursor there no longer matches and the next read takes the whole register.
     fn units_request(&self, mirrors: &Mirrors) -> Request {
         let nodes = self.client.node_urls().len();
         let mut last = self.last_catch_up.lock().unwrap_or_else(|p| p.into_inner());
@@ -158,9 +165,11 @@ impl PoolTables {
             Request::vote("pool.units.read")
                 .wait_all()
                 .within(self.bulk())
+                .reads_only()
         } else {
             Request::vote("pool.units.read")
                 .within(self.bulk())
+                .reads_only()
                 .linger(self.client.config().node_timeout())
         }
     }
@@ -226,7 +235,12 @@ impl PoolTables {
         });
         let tally = self
             .client
-            .decide(Request::vote("pool.lists.read").within(self.bulk()), read)
+            .decide(
+                Request::vote("pool.lists.read")
+                    .within(self.bulk())
+                    .reads_only(),
+                read,
+            )
             .await?;
         let mut merged = vec![HashMap::new(); ids.len()];
         for (_, hashes) in tally.replies() {
@@ -394,7 +408,7 @@ impl PoolTables {
             }
             let step = call.decode(|_, v| decode::count_or_refusal(v));
             self.client
-                .decide(Request::vote("pool.lists.write").within(self.bulk()), step)
+                .decide(Request::vote("pool.lists.write"), step)
                 .await?;
         }
         Ok(())

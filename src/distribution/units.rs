@@ -28,8 +28,11 @@ use crate::keys::{fixed_key, KeyKind, Name};
 use crate::quorum::NodeOutcome;
 use crate::scripts::{UNITS, UNITS_GC, VALUE_LIMIT};
 
-/// Units written per script call.
-const BATCH: usize = 1000;
+/// Units written per script call: few enough that a call fits the node timeout, to which
+/// every writing vote is held (a repair waits no longer for writes in flight). A call of
+/// 1,000 units overran the 250 ms default on a heavily loaded test machine (load 15 on 2
+/// cores).
+const BATCH: usize = 250;
 
 /// Separates the parts of a setting's field name (U+001F, which no name may contain).
 const SEP: char = '\u{1f}';
@@ -248,8 +251,9 @@ impl Units {
                     .map(|((f, set), v)| entry(v, *set).map(|e| (f.clone(), e)))
                     .collect::<Result<_, _>>()?;
                 let step = write_step(&self.keys, &entries);
-                let request =
-                    Request::vote("units.write").within(self.client.config().operation_timeout());
+                // Within the node timeout, as every writing vote (`Request::node_deadline`):
+                // a repair waits no longer for writes in flight.
+                let request = Request::vote("units.write");
                 let tally = self.client.send(request, step).await;
                 let below_floor = tally
                     .results()
@@ -339,7 +343,6 @@ impl Units {
     }
 
     async fn collect(&self, floor_first: bool) -> Result<usize, Error> {
-        let bulk = self.client.config().operation_timeout();
         let nodes = self.client.node_urls().len();
         let all = self.read().await?;
         if all.len() < nodes {
@@ -356,10 +359,7 @@ impl Units {
                 .decode(|_, v| decode::one_applied(v));
             let tally = self
                 .client
-                .send(
-                    Request::vote("units.gc.floor").wait_all().within(bulk),
-                    step,
-                )
+                .send(Request::vote("units.gc.floor").wait_all(), step)
                 .await;
             if tally.applied() < nodes {
                 return Ok(0);
@@ -372,10 +372,7 @@ impl Units {
             }
             let step = call.decode(|_, v| decode::count_or_refusal(v));
             self.client
-                .send(
-                    Request::vote("units.gc.delete").wait_all().within(bulk),
-                    step,
-                )
+                .send(Request::vote("units.gc.delete").wait_all(), step)
                 .await;
         }
         Ok(candidates.len())
@@ -403,7 +400,8 @@ impl Units {
             .decide(
                 Request::vote("units.read")
                     .wait_all()
-                    .within(self.client.config().operation_timeout()),
+                    .within(self.client.config().operation_timeout())
+                    .reads_only(),
                 read,
             )
             .await?;
