@@ -72,6 +72,22 @@ impl Client {
         steps: impl Into<Steps<T>>,
         decider: Option<fanout::Decider<T>>,
     ) -> Tally<T> {
+        let steps = steps.into();
+        // One list for the whole request: the one in use when it starts (a follow meanwhile
+        // changes the next request's list, never this one's).
+        let on = self.current_or_pinned();
+        let tally = on.send_on(request, steps, decider).await;
+        self.after_request(&on, &tally).await;
+        tally
+    }
+
+    /// `send_decided` on this handle's own list (a pinned one).
+    async fn send_on<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: Steps<T>,
+        decider: Option<fanout::Decider<T>>,
+    ) -> Tally<T> {
         let Request {
             name,
             targets,
@@ -88,7 +104,7 @@ impl Client {
             voting_only,
             cluster_id: self.verdicts().cluster_id.clone(),
             claims: Claims::default(),
-            steps: steps.into(),
+            steps,
         };
         let calls: Vec<(NodeId, NodeCall<T>)> = self
             .inner

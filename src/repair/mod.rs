@@ -145,6 +145,10 @@ impl Client {
     /// Start a repair of node `i` in the background unless one is running.
     /// Returns the task, or None when a repair of the node is already running here.
     pub(crate) fn spawn_repair(&self, i: usize) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.pinned {
+            // A repair runs on one list: node `i` of the list in use now.
+            return self.current().spawn_repair(i);
+        }
         if self.inner.read_only {
             return None;
         }
@@ -170,6 +174,9 @@ impl Client {
     /// A node refused a vote because of its marker: probe it again (it will show as
     /// quarantined) and repair it.
     pub(crate) fn suspect(&self, i: usize) {
+        if !self.pinned {
+            return self.current().suspect(i);
+        }
         let Some(node) = self.inner.nodes.get(i).cloned() else {
             return;
         };

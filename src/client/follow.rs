@@ -1,0 +1,119 @@
+//! A running client follows a change of its node list: the swap of the list every request of
+//! every clone runs on, verified exactly as [`Client::connect`] verifies a successor.
+//!
+//! The argument (what is guaranteed during the switch) is in `src/repair/mod.rs`, "A running
+//! client follows a change".
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::Client;
+use crate::quorum::Tally;
+
+/// When the last look for a successor ran (one look at a time per client).
+#[derive(Default)]
+pub(crate) struct FollowState {
+    last: Option<Instant>,
+}
+
+impl Client {
+    /// This client bound to the node list in use now: every request sent through the handle
+    /// runs on that list, whatever a follow does meanwhile, and starts no follow. A request,
+    /// a repair and a change each run on one such handle from start to end.
+    pub(crate) fn current(&self) -> Client {
+        let inner = self
+            .cell
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Client {
+            inner,
+            cell: self.cell.clone(),
+            pinned: true,
+        }
+    }
+
+    /// This handle if it is bound to its list, else [`current`](Self::current).
+    pub(crate) fn current_or_pinned(&self) -> Client {
+        if self.pinned {
+            self.clone()
+        } else {
+            self.current()
+        }
+    }
+
+    /// After a request of a user's handle ran on `on` (a [`current`](Self::current) handle):
+    /// look for a successor when the request found no majority (and wait for the look, so
+    /// the caller's next request runs on the new list), or, in the background, when `on`'s
+    /// probes show a sealed node while it still works (a bare majority of the old list).
+    pub(crate) async fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
+        if self.pinned || !self.cell.follows {
+            return;
+        }
+        if !tally.reached() {
+            self.follow_from(on, true).await;
+        } else if on.verdicts().sealed {
+            let (me, on) = (self.clone(), on.clone());
+            tokio::spawn(async move { me.follow_from(&on, false).await });
+        }
+    }
+
+    /// Look for a successor of `on`'s list (at most once per [`look_interval`]): re-probe its
+    /// nodes, judge them as [`Client::connect`] does ([`Client::successor`]: the seals must
+    /// name it, its nodes must hold it), and, if one is verified, make it the list of every
+    /// later request. `wait` false gives up when a look is already running. Whether the
+    /// client works on another list than `on`'s now.
+    fn follow_from<'a>(&'a self, on: &'a Client, wait: bool) -> BoxFuture<'a, bool> {
+        Box::pin(self.follow_look(on, wait))
+    }
+
+    async fn follow_look(&self, on: &Client, wait: bool) -> bool {
+        let mut state = if wait {
+            self.cell.follow.lock().await
+        } else {
+            match self.cell.follow.try_lock() {
+                Ok(state) => state,
+                Err(_) => return false,
+            }
+        };
+        if !Arc::ptr_eq(&self.current().inner, &on.inner) {
+            return true; // followed meanwhile
+        }
+        let config = &on.inner.config;
+        if state
+            .last
+            .is_some_and(|t| t.elapsed() < look_interval(config.node_timeout))
+        {
+            return false;
+        }
+        state.last = Some(Instant::now());
+        let look = async {
+            on.check().await;
+            on.successor().await
+        };
+        let next = match tokio::time::timeout(config.operation_timeout, look).await {
+            Ok(Ok(Some(next))) => next,
+            Ok(Ok(None)) | Err(_) => return false,
+            Ok(Err(why)) => {
+                tracing::warn!(error = %why, "a successor of this client's node list was not followed");
+                return false;
+            }
+        };
+        *self.cell.current.write().unwrap_or_else(|p| p.into_inner()) = next.inner.clone();
+        next.followed_from(on);
+        // The new list's nodes that are not marked yet are repaired as at connect, in the
+        // background (each votes once it is marked).
+        let moved = self.current();
+        tokio::spawn(async move { moved.repair_quarantined().await });
+        true
+    }
+}
+
+/// How often a client looks for a successor of its list: every failed request would
+/// otherwise re-probe every node (a contended lock's waiters see refusals all the time).
+fn look_interval(node_timeout: Duration) -> Duration {
+    (node_timeout * 4).max(Duration::from_millis(500))
+}
