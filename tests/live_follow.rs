@@ -55,6 +55,8 @@ struct Kept {
     lost: Option<String>,
     /// The holder's lease is held at the end.
     held: bool,
+    /// The least validity the holder's lease had left, sampled every 20 ms from the change on.
+    least_left: Duration,
     /// The holder's nodes at the end, and the new list's.
     holder_nodes: Vec<String>,
     new_nodes: Vec<String>,
@@ -79,6 +81,21 @@ async fn join(urls: &[String], live_follow: bool, id: &str) -> Member {
     Member::join(&client, "swap-workers", id, opts)
         .await
         .expect("join")
+}
+
+/// The least validity `guard` has left while sampled every 20 ms for `d`.
+async fn left_during(guard: &redquorum::LockGuard, d: Duration) -> Duration {
+    let end = Instant::now() + d;
+    let mut least = TTL;
+    while Instant::now() < end {
+        least = least.min(
+            guard
+                .valid_until()
+                .saturating_duration_since(Instant::now()),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    least
 }
 
 /// Wait until both members hold active assignments of one view with two replicas.
@@ -169,14 +186,16 @@ async fn swap_a_node_under_running_clients(live_follow: bool) -> Kept {
     );
     // Let the running clients meet the sealed list (the holder extends every TTL / 3, the
     // members beat every interval), then take node 1 away from the old list's majority.
-    tokio::time::sleep(INTERVAL + Duration::from_secs(1)).await;
+    let mut least_left = TTL;
+    least_left = least_left.min(left_during(&guard, INTERVAL + Duration::from_secs(1)).await);
     cluster.node(1).freeze().await;
     let idle_id = ids.next_id().await.map_err(|e| e.to_string());
-    tokio::time::sleep(TTL + Duration::from_secs(2)).await;
+    least_left = least_left.min(left_during(&guard, TTL + Duration::from_secs(2)).await);
     let end = Instant::now();
     let kept = Kept {
         lost: guard.lost_at().map(|at| format!("lost at {at:?}")),
         held: guard.is_held(),
+        least_left,
         holder_nodes: sorted(holder.node_urls()),
         new_nodes: urls_of(&new),
         indices_before,
@@ -200,10 +219,11 @@ async fn swap_a_node_under_running_clients(live_follow: bool) -> Kept {
 async fn a_running_holder_group_and_idle_client_follow_a_swapped_node() {
     let kept = swap_a_node_under_running_clients(true).await;
     println!(
-        "lost {:?}, held {}, holder's nodes {:?}, members {:?} -> {:?}, longest gap {}, \
-         idle client's ID {:?} after {}",
+        "lost {:?}, held {} (least validity left {}), holder's nodes {:?}, members {:?} -> {:?}, \
+         longest gap {}, idle client's ID {:?} after {}",
         kept.lost,
         kept.held,
+        ms(kept.least_left),
         kept.holder_nodes,
         kept.indices_before,
         kept.indices_after,

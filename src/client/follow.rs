@@ -18,6 +18,14 @@ pub(crate) struct FollowState {
     last: Option<Instant>,
 }
 
+impl FollowState {
+    /// Whether a look may run now.
+    fn due(&self, node_timeout: Duration) -> bool {
+        self.last
+            .is_none_or(|t| t.elapsed() >= look_interval(node_timeout))
+    }
+}
+
 impl Client {
     /// This client bound to the node list in use now: every request sent through the handle
     /// runs on that list, whatever a follow does meanwhile, and starts no follow. A request,
@@ -46,47 +54,42 @@ impl Client {
     }
 
     /// After a request of a user's handle ran on `on` (a [`current`](Self::current) handle):
-    /// look for a successor when the request found no majority (and wait for the look, so
-    /// the caller's next request runs on the new list), or, in the background, when `on`'s
-    /// probes show a sealed node while it still works (a bare majority of the old list).
-    pub(crate) async fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
-        if self.pinned || !self.cell.follows {
+    /// when it found no majority, or `on`'s probes show a sealed node while it still works (a
+    /// bare majority of the old list), look for a successor in the background, so the
+    /// caller's next request (a retry) runs on the new list. Never in the request's own time:
+    /// a request without a majority costs its deadline and no more.
+    pub(crate) fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
+        if self.pinned || !self.cell.follows || (tally.reached() && !on.verdicts().sealed) {
             return;
         }
-        if !tally.reached() {
-            self.follow_from(on, true).await;
-        } else if on.verdicts().sealed {
+        let due = match self.cell.follow.try_lock() {
+            Ok(state) => state.due(on.inner.config.node_timeout),
+            Err(_) => false, // a look is running
+        };
+        if due {
             let (me, on) = (self.clone(), on.clone());
-            tokio::spawn(async move { me.follow_from(&on, false).await });
+            tokio::spawn(async move { me.follow_from(&on).await });
         }
     }
 
-    /// Look for a successor of `on`'s list (at most once per [`look_interval`]): re-probe its
-    /// nodes, judge them as [`Client::connect`] does ([`Client::successor`]: the seals must
-    /// name it, its nodes must hold it), and, if one is verified, make it the list of every
-    /// later request. `wait` false gives up when a look is already running. Whether the
-    /// client works on another list than `on`'s now.
-    fn follow_from<'a>(&'a self, on: &'a Client, wait: bool) -> BoxFuture<'a, bool> {
-        Box::pin(self.follow_look(on, wait))
+    /// Look for a successor of `on`'s list (at most once per [`look_interval`], one look at
+    /// a time): re-probe its nodes, judge them as [`Client::connect`] does
+    /// (`Client::successor`: the seals must name it, its nodes must hold it), and, if one is
+    /// verified, make it the list of every later request. Whether the client works on another
+    /// list than `on`'s now.
+    fn follow_from<'a>(&'a self, on: &'a Client) -> BoxFuture<'a, bool> {
+        Box::pin(self.follow_look(on))
     }
 
-    async fn follow_look(&self, on: &Client, wait: bool) -> bool {
-        let mut state = if wait {
-            self.cell.follow.lock().await
-        } else {
-            match self.cell.follow.try_lock() {
-                Ok(state) => state,
-                Err(_) => return false,
-            }
+    async fn follow_look(&self, on: &Client) -> bool {
+        let Ok(mut state) = self.cell.follow.try_lock() else {
+            return false; // a look is running
         };
         if !Arc::ptr_eq(&self.current().inner, &on.inner) {
             return true; // followed meanwhile
         }
         let config = &on.inner.config;
-        if state
-            .last
-            .is_some_and(|t| t.elapsed() < look_interval(config.node_timeout))
-        {
+        if !state.due(config.node_timeout) {
             return false;
         }
         state.last = Some(Instant::now());

@@ -4,6 +4,66 @@
 //! Architecture invariant: every request to a node is a [`Request`] with its [`Step`]s, sent
 //! by [`Client::send`] (which uses the one fan-out primitive in [`crate::quorum`]) or, for the
 //! safety check, straight through that primitive. Nothing else sends to nodes.
+//!
+//! # A running client follows a change of its node list
+//!
+//! ## How it works
+//! 1. Every clone of a [`Client`] shares one cell holding the node list in use: an `Inner`
+//!    with the nodes, their connections, probes and verdicts, the configuration and the
+//!    majority. A request reads the cell once, when it starts (`Client::current`: a *pinned*
+//!    handle), and runs on that list to its end: its per-node calls, the verdicts that say who
+//!    votes, the marker each node must hold and the majority its tally counts with all come
+//!    from the same `Inner`. A repair, a set-up and a change of the node list each run on one
+//!    pinned handle from start to end, and a pinned handle never follows.
+//! 2. A request of a user's handle that finds no majority, or that succeeds while a probe
+//!    shows a sealed node (a bare majority of the old list), starts a look for a successor in
+//!    the background (`follow.rs`: one look at a time per client, at most once per four node
+//!    timeouts, since a contended lock's waiters see refusals all the time). The request
+//!    itself returns as before: a request without a majority costs its deadline, no more.
+//! 3. The look re-probes the list's nodes ([`Client::check`]) and judges them with
+//!    `Client::successor`, the code [`Client::connect`] runs: the successor is the newest
+//!    descriptor that descends from a cluster of exactly this list, every seal must name it or
+//!    one of its predecessors (`cluster::follow`), and a client built from its node list (this
+//!    configuration's password and TLS settings) must adopt it, i.e. its nodes hold its
+//!    descriptor and are marked for it. Only then is the cell's list replaced, whole, and the
+//!    next request of every clone runs on the new one; its unmarked nodes are repaired in the
+//!    background as at connect. A refused look is logged at warn and changes nothing.
+//!
+//! ## Guarantees
+//! - A request runs entirely on one list: no tally mixes the votes of two lists or counts one
+//!   list's votes against the other's majority. The switch is one pointer store.
+//! - Following adds nothing a node decides: every vote on the new list is cast by a node marked
+//!   for the successor, under its marker check, as for a client configured with the new list.
+//!   The change's own argument (`src/repair/mod.rs`: seal a majority of the old nodes, wait
+//!   one node timeout, copy from the sealed majority, mark) therefore covers a following
+//!   client unchanged, and no old node accepts anything once sealed: nothing is held silently
+//!   on the old list.
+//! - A lease granted on the old list and extended on the new one: the copy moves lease keys
+//!   (holder value, version, token), fences and floors from a sealed majority before any new
+//!   node votes, so the holder's copy is on a majority of the new list; `lock_extend.lua` there
+//!   compares its value and token like on any node. Between the seal and the follow its
+//!   extensions fail as at any loss of majority: the guard's validity runs down, and `lost()`
+//!   fires only if the switch takes longer than the validity left (the TTL minus drift since
+//!   its last extension), never later. A group's views, beats and leader lease, and a pool's
+//!   lists, are copied likewise (views by their compare-and-set, beats at their highest
+//!   sequence), so a member keeps its index and assignment under the same bound.
+//! - Majorities: a tally counts with its own list's majority ([`Tally::majority`]);
+//!   [`Client::majority`] and [`Client::node_urls`] give the list in use now.
+//! - Per-node state: probes, verdicts, quarantine and repairs belong to a list; the new one
+//!   starts with its own probes, and a repair in flight on the old one finishes there (its
+//!   writes are refused by the seals). Node numbers (the `node` label of metrics, `NoQuorum`'s
+//!   problems) are positions in the list in use: after a follow, a position may name another
+//!   server.
+//!
+//! ## Not guaranteed
+//! - A successor no reachable old node shows (a change to nodes disjoint from the old ones:
+//!   only the seals name it) is not followed, at connect or while running.
+//! - The requests that meet the sealed list before the look ends fail (they ran on the old
+//!   list); calls that retry (an acquisition that waits, ID rounds, extensions, beats) go on
+//!   on the new list, a single attempt (`try_acquire`) returns its error.
+//! - A lock's watch of an abandoned lease grows with a longer list but is never shortened:
+//!   after a shrink its entries beyond the new list stay, which can make a waiter try a round
+//!   early (each node's script decides, so it costs a refused round, never a grant).
 
 mod follow;
 mod request;
@@ -32,7 +92,8 @@ use verdicts::Verdicts;
 /// **A running client follows a node-list change.** When its operations meet a sealed
 /// cluster (`redquorum cluster change`), the client checks for the successor exactly as
 /// [`Client::connect`] does and, once the successor is verified, every later request of every
-/// clone goes to the new list (see [`follow`](self::follow) and `src/repair/mod.rs`).
+/// clone goes to the new list; a request runs on one list from start to end (see the module
+/// docs of `src/client/mod.rs`).
 #[derive(Clone)]
 pub struct Client {
     /// The node list this handle works on: for a user's handle, the list it was built with

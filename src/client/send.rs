@@ -77,7 +77,7 @@ impl Client {
         // changes the next request's list, never this one's).
         let on = self.current_or_pinned();
         let tally = on.send_on(request, steps, decider).await;
-        self.after_request(&on, &tally).await;
+        self.after_request(&on, &tally);
         tally
     }
 

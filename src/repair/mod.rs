@@ -34,7 +34,8 @@
 //! holds any register. A change of the node list (`change.rs`, [`Client::change_cluster`])
 //! seals a majority of the old nodes (`seal.lua`), waits one node timeout, copies from the sealed
 //! majority with the same paged copy, and marks the new nodes under their claims; run again, it
-//! resumes.
+//! resumes. Clients that were running follow it once it is done (`src/client/mod.rs`, "A
+//! running client follows a change of its node list").
 //!
 //! # Guarantees
 //! Why a repair is enough: any set M that accepted a value is a majority; M minus the repaired
