@@ -16,6 +16,8 @@ use crate::quorum::Tally;
 #[derive(Default)]
 pub(crate) struct FollowState {
     last: Option<Instant>,
+    /// Why the last look refused a successor (logged at warn once, then at debug).
+    refused: Option<String>,
 }
 
 impl FollowState {
@@ -101,7 +103,13 @@ impl Client {
             Ok(Ok(Some(next))) => next,
             Ok(Ok(None)) | Err(_) => return false,
             Ok(Err(why)) => {
-                tracing::warn!(error = %why, "a successor of this client's node list was not followed");
+                let why = why.to_string();
+                if state.refused.as_ref() == Some(&why) {
+                    tracing::debug!(error = %why, "a successor of this client's node list was not followed");
+                } else {
+                    tracing::warn!(error = %why, "a successor of this client's node list was not followed");
+                }
+                state.refused = Some(why);
                 return false;
             }
         };
