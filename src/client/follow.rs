@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use super::Client;
-use crate::quorum::Tally;
+use crate::quorum::{NodeOutcome, Tally, UnknownCause};
 
 /// When the last look for a successor ran (one look at a time per client).
 #[derive(Default)]
@@ -56,12 +56,22 @@ impl Client {
     }
 
     /// After a request of a user's handle ran on `on` (a [`current`](Self::current) handle):
-    /// when it found no majority, or `on`'s probes show a sealed node while it still works (a
-    /// bare majority of the old list), look for a successor in the background, so the
-    /// caller's next request (a retry) runs on the new list. Never in the request's own time:
-    /// a request without a majority costs its deadline and no more.
+    /// when it found no majority and some node answered without applying it (a seal, or a
+    /// marker a change replaced, is refused at once; a timeout alone says nothing about a
+    /// change), or `on`'s probes show a sealed node while it still works (a bare majority of
+    /// the old list), look for a successor in the background, so the caller's next request
+    /// (a retry) runs on the new list. Never in the request's own time: a request without a
+    /// majority costs its deadline and no more.
     pub(crate) fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
-        if self.pinned || !self.cell.follows || (tally.reached() && !on.verdicts().sealed) {
+        if self.pinned || !self.cell.follows {
+            return;
+        }
+        let evidence = if tally.reached() {
+            on.verdicts().sealed
+        } else {
+            answered_without_applying(tally)
+        };
+        if !evidence {
             return;
         }
         let due = match self.cell.follow.try_lock() {
@@ -123,8 +133,19 @@ impl Client {
     }
 }
 
+/// Whether some node answered `tally`'s request without applying it: refused it, or was
+/// excluded from it (a marker check that failed, a quarantine).
+fn answered_without_applying<T>(tally: &Tally<T>) -> bool {
+    tally.results().iter().any(|r| {
+        matches!(
+            &r.outcome,
+            NodeOutcome::Rejected(_) | NodeOutcome::Unknown(UnknownCause::Excluded(_))
+        )
+    })
+}
+
 /// How often a client looks for a successor of its list: every failed request would
 /// otherwise re-probe every node (a contended lock's waiters see refusals all the time).
 fn look_interval(node_timeout: Duration) -> Duration {
-    (node_timeout * 4).max(Duration::from_millis(500))
+    (node_timeout * 4).max(Duration::from_secs(1))
 }

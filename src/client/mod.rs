@@ -15,10 +15,12 @@
 //!    votes, the marker each node must hold and the majority its tally counts with all come
 //!    from the same `Inner`. A repair, a set-up and a change of the node list each run on one
 //!    pinned handle from start to end, and a pinned handle never follows.
-//! 2. A request of a user's handle that finds no majority, or that succeeds while a probe
-//!    shows a sealed node (a bare majority of the old list), starts a look for a successor in
-//!    the background (`follow.rs`: one look at a time per client, at most once per four node
-//!    timeouts, since a contended lock's waiters see refusals all the time). The request
+//! 2. A request of a user's handle that finds no majority while some node answered without
+//!    applying it (sealed and re-marked nodes refuse at once; timeouts alone say nothing of a
+//!    change), or that succeeds while a probe shows a sealed node (a bare majority of the old
+//!    list), starts a look for a successor in the background (`follow.rs`: one look at a time
+//!    per client, at most once per four node timeouts or a second, since a contended lock's
+//!    waiters see refusals all the time). The request
 //!    itself returns as before: a request without a majority costs its deadline, no more.
 //! 3. The look re-probes the list's nodes ([`Client::check`]) and judges them with
 //!    `Client::successor`, the code [`Client::connect`] runs: the successor is the newest
