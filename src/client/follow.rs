@@ -56,21 +56,17 @@ impl Client {
     }
 
     /// After a request of a user's handle ran on `on` (a [`current`](Self::current) handle):
-    /// when it found no majority and some node answered without applying it (a seal, or a
-    /// marker a change replaced, is refused at once; a timeout alone says nothing about a
-    /// change), or `on`'s probes show a sealed node while it still works (a bare majority of
-    /// the old list), look for a successor in the background, so the caller's next request
+    /// when it found no majority and some node was excluded from it (a seal, or a marker a
+    /// change replaced, fails the marker check at once; a timeout or a refusal alone says
+    /// nothing about a change), or whenever `on`'s probes show a sealed node (also while it
+    /// still works: a bare majority of the old list), look for a successor in the background, so the caller's next request
     /// (a retry) runs on the new list. Never in the request's own time: a request without a
     /// majority costs its deadline and no more.
     pub(crate) fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
         if self.pinned || !self.cell.follows {
             return;
         }
-        let evidence = if tally.reached() {
-            on.verdicts().sealed
-        } else {
-            answered_without_applying(tally)
-        };
+        let evidence = on.verdicts().sealed || (!tally.reached() && excluded_somewhere(tally));
         if !evidence {
             return;
         }
@@ -133,14 +129,13 @@ impl Client {
     }
 }
 
-/// Whether some node answered `tally`'s request without applying it: refused it, or was
-/// excluded from it (a marker check that failed, a quarantine).
-fn answered_without_applying<T>(tally: &Tally<T>) -> bool {
+/// Whether some node of `tally` was excluded from its request: a marker check that failed (a
+/// seal, or a marker the change replaced), a quarantine. A refusal alone is a contended lock
+/// as often as anything; a timeout says nothing about a change.
+fn excluded_somewhere<T>(tally: &Tally<T>) -> bool {
     tally.results().iter().any(|r| {
-        matches!(
-            &r.outcome,
-            NodeOutcome::Rejected(_) | NodeOutcome::Unknown(UnknownCause::Excluded(_))
-        )
+        matches!(&r.outcome, NodeOutcome::Unknown(UnknownCause::Excluded(why))
+            if why != super::send::NOT_ASKED && why != super::send::NOTHING_FOR_IT)
     })
 }
 

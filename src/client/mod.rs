@@ -15,10 +15,11 @@
 //!    votes, the marker each node must hold and the majority its tally counts with all come
 //!    from the same `Inner`. A repair, a set-up and a change of the node list each run on one
 //!    pinned handle from start to end, and a pinned handle never follows.
-//! 2. A request of a user's handle that finds no majority while some node answered without
-//!    applying it (sealed and re-marked nodes refuse at once; timeouts alone say nothing of a
-//!    change), or that succeeds while a probe shows a sealed node (a bare majority of the old
-//!    list), starts a look for a successor in the background (`follow.rs`: one look at a time
+//! 2. A request of a user's handle that finds no majority while some node was excluded from
+//!    it (sealed and re-marked nodes fail the marker check at once, and a refused ID proposal
+//!    or lock read re-probes its node; a timeout or a refusal alone says nothing of a change),
+//!    or any request while a probe shows a sealed node (also one that succeeds: a bare
+//!    majority of the old list), starts a look for a successor in the background (`follow.rs`: one look at a time
 //!    per client, at most once per four node timeouts or a second, since a contended lock's
 //!    waiters see refusals all the time). The request
 //!    itself returns as before: a request without a majority costs its deadline, no more.

@@ -14,6 +14,11 @@ use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
 use super::request::{is_stale, stale, Arg, Body, NodeConn, NodeCtx, Request, Step, Steps};
 use super::Client;
 
+/// Why a node a request does not target is not counted.
+pub(super) const NOT_ASKED: &str = "not asked by this operation";
+/// Why a node a request has no step for is not counted.
+pub(super) const NOTHING_FOR_IT: &str = "this operation has nothing for this node";
+
 /// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
 type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;
 
@@ -115,7 +120,7 @@ impl Client {
                     Box::pin(self.clone().call_node(node.clone(), shared.clone()))
                 } else {
                     Box::pin(futures::future::ready(NodeOutcome::Unknown(
-                        UnknownCause::Excluded("not asked by this operation".into()),
+                        UnknownCause::Excluded(NOT_ASKED.into()),
                     )))
                 };
                 (node.id, call)
@@ -185,9 +190,7 @@ impl Client {
                 run_id: lease.run_id.clone(),
             };
             let Some(step) = shared.steps.for_node(&ctx) else {
-                return NodeOutcome::Unknown(UnknownCause::Excluded(
-                    "this operation has nothing for this node".into(),
-                ));
+                return NodeOutcome::Unknown(UnknownCause::Excluded(NOTHING_FOR_IT.into()));
             };
             let nc = NodeConn {
                 ctx,
