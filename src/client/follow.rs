@@ -59,9 +59,9 @@ impl Client {
     /// when it found no majority and some node was excluded from it (a seal, or a marker a
     /// change replaced, fails the marker check at once; a timeout or a refusal alone says
     /// nothing about a change), or whenever `on`'s probes show a sealed node (also while it
-    /// still works: a bare majority of the old list), look for a successor in the background, so the caller's next request
-    /// (a retry) runs on the new list. Never in the request's own time: a request without a
-    /// majority costs its deadline and no more.
+    /// still works: a bare majority of the old list), look for a successor in the background,
+    /// so the caller's next request (a retry) runs on the new list. Never in the request's own
+    /// time: a request without a majority costs its deadline and no more.
     pub(crate) fn after_request<T>(&self, on: &Client, tally: &Tally<T>) {
         if self.pinned || !self.cell.follows {
             return;
