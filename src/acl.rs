@@ -351,7 +351,8 @@ impl Client {
         }
         let argv = probe_argv(&needed);
         let deadline = self.config().node_timeout;
-        let checks = self.inner.nodes.iter().map(|node| {
+        let on = self.current_or_pinned();
+        let checks = on.inner.nodes.iter().map(|node| {
             let (node, argv, needed) = (node.clone(), argv.clone(), needed.clone());
             async move {
                 let missing = denied(&node, argv, deadline).await.map(|denied| {

@@ -84,7 +84,7 @@ pub(crate) const REPAIRS: &str = "redquorum_repairs_total";
 /// | `redquorum_view_changes_total` | counter | `kind` | membership (peer indexing, work distribution) views: `sealed_prepare` and `sealed_active` when this process, as a group's leader, seals a new view in that state; `adopted` when a member of this process reads a view other than the last it read (its first view too). |
 /// | `redquorum_view_drain_seconds` | histogram | | per prepared view a member of this process drains: from the start of the drain (the drain hook started) to its acknowledgement being applied by a majority. |
 /// | `redquorum_node_quarantines_total` | counter | `node` | when a client's verdict on a node turns to quarantined (its marker is missing or names another run_id: it lost data, or, in a new cluster, is not marked yet). |
-/// | `redquorum_cluster_follows_total` | counter | | when a client configured with a node list that a change replaced follows the new cluster at connect (`Client::connect`). |
+/// | `redquorum_cluster_follows_total` | counter | | when a client configured with a node list that a change replaced follows the new cluster, at connect (`Client::connect`) or while it runs. |
 /// | `redquorum_repairs_total` | counter | `outcome` | once per repair check of a node: `repaired`, `deferred` (not possible now; retried later), `not_needed` (the node was not quarantined after all). |
 pub fn describe_metrics() {
     let counters: [(&'static str, &'static str); 11] = [

@@ -184,7 +184,7 @@ async fn changing_the_node_list_keeps_order_and_an_old_list_client_follows_it() 
         .await
         .expect("a new client with the old list follows the new cluster");
     assert_eq!(
-        sorted(follower.node_urls()),
+        sorted(&follower.node_urls()),
         sorted(&all),
         "the follower works through the new cluster's five nodes"
     );
@@ -357,7 +357,7 @@ async fn an_old_list_client_follows_a_shrink_after_the_removed_nodes_are_gone() 
     let follower = Client::connect(config(&all, true))
         .await
         .expect("the five-node list follows the three");
-    assert_eq!(sorted(follower.node_urls()), sorted(&three));
+    assert_eq!(sorted(&follower.node_urls()), sorted(&three));
     assert_eq!(follower.cluster().map(|d| d.id), Some(change.to.id));
     let y = IdGenerator::new(&follower, "s")
         .expect("valid")

@@ -14,6 +14,11 @@ use crate::quorum::{NodeId, NodeOutcome, Tally, UnknownCause};
 use super::request::{is_stale, stale, Arg, Body, NodeConn, NodeCtx, Request, Step, Steps};
 use super::Client;
 
+/// Why a node a request does not target is not counted.
+pub(super) const NOT_ASKED: &str = "not asked by this operation";
+/// Why a node a request has no step for is not counted.
+pub(super) const NOTHING_FOR_IT: &str = "this operation has nothing for this node";
+
 /// Which servers (by run_id) nodes of one fan-out already reached, and through which node.
 type Claims = Arc<std::sync::Mutex<Vec<(Arc<str>, usize)>>>;
 
@@ -84,6 +89,22 @@ impl Client {
         steps: impl Into<Steps<T>>,
         decider: Option<fanout::Decider<T>>,
     ) -> Tally<T> {
+        let steps = steps.into();
+        // One list for the whole request: the one in use when it starts (a follow meanwhile
+        // changes the next request's list, never this one's).
+        let on = self.current_or_pinned();
+        let tally = on.send_on(request, steps, decider).await;
+        self.after_request(&on, &tally);
+        tally
+    }
+
+    /// `send_decided` on this handle's own list (a pinned one).
+    async fn send_on<T: Send + 'static>(
+        &self,
+        request: Request,
+        steps: Steps<T>,
+        decider: Option<fanout::Decider<T>>,
+    ) -> Tally<T> {
         let node_timeout = self.node_deadline(&request);
         let Request {
             name,
@@ -100,7 +121,7 @@ impl Client {
             voting_only,
             cluster_id: self.verdicts().cluster_id.clone(),
             claims: Claims::default(),
-            steps: steps.into(),
+            steps,
         };
         let calls: Vec<(NodeId, NodeCall<T>)> = self
             .inner
@@ -111,7 +132,7 @@ impl Client {
                     Box::pin(self.clone().call_node(node.clone(), shared.clone()))
                 } else {
                     Box::pin(futures::future::ready(NodeOutcome::Unknown(
-                        UnknownCause::Excluded("not asked by this operation".into()),
+                        UnknownCause::Excluded(NOT_ASKED.into()),
                     )))
                 };
                 (node.id, call)
@@ -181,9 +202,7 @@ impl Client {
                 run_id: lease.run_id.clone(),
             };
             let Some(step) = shared.steps.for_node(&ctx) else {
-                return NodeOutcome::Unknown(UnknownCause::Excluded(
-                    "this operation has nothing for this node".into(),
-                ));
+                return NodeOutcome::Unknown(UnknownCause::Excluded(NOTHING_FOR_IT.into()));
             };
             let nc = NodeConn {
                 ctx,

@@ -24,6 +24,9 @@ pub(crate) struct Verdicts {
     exclusions: Vec<Option<String>>,
     /// Per node: why it must be repaired, if it is quarantined (and may be repaired).
     quarantine: Vec<Option<String>>,
+    /// Whether some node's probe shows it sealed by a change of the node list (a running
+    /// client then looks for the successor, `follow.rs`).
+    pub(crate) sealed: bool,
 }
 
 impl Client {
@@ -35,6 +38,9 @@ impl Client {
     /// # Cancel safety
     /// Cancel-safe.
     pub async fn check(&self) -> Vec<NodeReport> {
+        if !self.pinned {
+            return Box::pin(self.current().check()).await;
+        }
         let calls: Vec<(NodeId, NodeCall<()>)> = self
             .inner
             .nodes
@@ -260,7 +266,14 @@ impl Client {
                 _ => None,
             }));
         }
+        let sealed = self.inner.nodes.iter().any(|n| {
+            n.snapshot()
+                .0
+                .and_then(|p| p.marker)
+                .is_some_and(|m| cluster::sealed_for(&m).is_some())
+        });
         let verdicts = Arc::new(Verdicts {
+            sealed,
             version,
             cluster_id: adoption.id().map(Arc::from),
             adoption,

@@ -18,7 +18,8 @@
 //!    cluster with its successor, whose id hashes the old id and the new list: it seals a
 //!    majority of the old nodes (`<run_id>/<old id>#sealed:<new id>`) before the new nodes are
 //!    marked, and stamps them done (`#done`) at the end. A client configured with a replaced
-//!    list follows the successor at connect (`follow`).
+//!    list follows the successor (`follow`), at connect and while it runs (the swap of its
+//!    list is argued in `src/client/mod.rs`).
 //!
 //! # Guarantees
 //! With "a URL names one server", at most `n` servers are marked for a cluster of `n` nodes, and

@@ -122,6 +122,8 @@ pub struct Config {
     pub(crate) implicit_set_up: bool,
     /// A re-run of an interrupted node-list change resumes it (test switch).
     pub(crate) change_resumes: bool,
+    /// A running client follows a change of its node list (test switch).
+    pub(crate) live_follow: bool,
     pub(crate) cluster_identity: bool,
     pub(crate) cluster_pin: Option<String>,
     /// Adopt exactly this cluster (by id) where a node holds its descriptor: the old list's
@@ -193,6 +195,7 @@ impl Config {
             repair_epochs: true,
             implicit_set_up: false,
             change_resumes: true,
+            live_follow: true,
             cluster_identity: true,
             cluster_pin: None,
             adopt_as: None,

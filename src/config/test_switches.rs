@@ -192,6 +192,15 @@ impl Config {
         self
     }
 
+    /// TEST ONLY: a running client never follows a change of its node list (as before issue
+    /// 43): once the old nodes are sealed it works only where the old list still gives it a
+    /// majority, until a new [`Client::connect`](crate::Client::connect) follows. A test can
+    /// show the holder that then loses its lease. Never use it in production.
+    pub fn without_live_follow_for_tests(mut self) -> Self {
+        self.live_follow = false;
+        self
+    }
+
     /// TEST ONLY: call `hook` at a copy's pause points ([`CopyEvent`]) and wait for the future
     /// it returns, so a test can fault a node at exactly that moment (a FLUSHALL of a source
     /// after the census; a repairer paused between a page's read and its write).

@@ -142,7 +142,7 @@ impl Generator {
                 decide::Next::BackOff => {}
                 decide::Next::NoQuorum => {
                     let urls = self.client.node_urls();
-                    let mut q = NoQuorum::from_tally("id.next", &tally, urls, describe);
+                    let mut q = NoQuorum::from_tally("id.next", &tally, &urls, describe);
                     q.maybe_applied_somewhere |= maybe_applied;
                     return Err(q.into());
                 }

@@ -281,7 +281,7 @@ pub(crate) async fn write_under_lease(
         Verdict::Refused => Err(lost(crate::lease::LossReason::Conflict)),
         Verdict::Undecided => {
             Err(
-                NoQuorum::from_tally(op, &tally, client.node_urls(), |r| match r {
+                NoQuorum::from_tally(op, &tally, &client.node_urls(), |r| match r {
                     JobReply::Later(t) => format!("shows a later holder or run (token {t})"),
                     JobReply::Marker => "marker missing or stale".into(),
                     JobReply::Applied => String::new(),

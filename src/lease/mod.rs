@@ -178,6 +178,11 @@ impl<S: Clone + PartialEq> Watch<S> {
     /// that did not answer is simply not observed (its earlier observation stands: values never
     /// repeat, so an unchanged value at two readings means unchanged in between).
     pub(crate) fn observe(&mut self, i: usize, seen: Seen<S>, at: Instant) {
+        // A client that followed a change to a longer node list reads nodes beyond the ones
+        // this watch was made for: watch them too.
+        if i >= self.nodes.len() && i < crate::MAX_NODES {
+            self.nodes.resize(i + 1, None);
+        }
         let Some(slot) = self.nodes.get_mut(i) else {
             return;
         };

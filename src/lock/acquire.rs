@@ -286,7 +286,7 @@ impl Lock {
     /// The error of a round that too few nodes answered, naming each node's answer.
     fn no_quorum(&self, tally: &Tally<Grant>) -> Error {
         let urls = self.inner.client.node_urls();
-        NoQuorum::from_tally("lock.acquire", tally, urls, |g| format!("{:?}", g.status)).into()
+        NoQuorum::from_tally("lock.acquire", tally, &urls, |g| format!("{:?}", g.status)).into()
     }
 
     /// Round `round`'s token (above the highest fence this handle knows, see

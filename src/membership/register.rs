@@ -353,7 +353,7 @@ impl ViewRegister {
                 NoQuorum::from_tally(
                     "group.view.write",
                     &tally,
-                    self.client.node_urls(),
+                    &self.client.node_urls(),
                     |(status, current)| match status {
                         -2 => format!("holds another view at this version (token {current})"),
                         -1 => "marker check failed".into(),

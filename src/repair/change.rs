@@ -76,9 +76,16 @@ impl Client {
     /// Not cancel-safe: a dropped call can leave the old cluster sealed and the new one partly
     /// marked; run it again to finish.
     pub async fn change_cluster(&self, to: Config) -> Result<ClusterChange, Error> {
+        // One list from start to end (the one in use now): the change's own client never
+        // follows the change it makes.
+        self.current_or_pinned().change_from_here(to).await
+    }
+
+    /// [`Client::change_cluster`] on this handle's own list (a pinned one).
+    async fn change_from_here(&self, to: Config) -> Result<ClusterChange, Error> {
         to.validate()?;
         let (from, new, old) = self.change_origin(&to).await?;
-        let target = Client::open(to, false).await?;
+        let target = Client::open(to, false).await?.current();
         // A change that an earlier run completed (a majority of the new list is marked for
         // the successor, or an old node carries the completion stamp) has nothing left to
         // do: its clients repair the others.
@@ -175,7 +182,7 @@ impl Client {
                 tracing::info!(from = %from.id, to = %new.id, "resuming an interrupted node-list change");
                 let mut config = self.inner.config.clone();
                 config.adopt_as = Some(from.id.clone());
-                let old = Client::open(config, false).await?;
+                let old = Client::open(config, false).await?.current();
                 Ok((from, new, old))
             }
             Origin::Refused(why) => Err(Error::Config(ConfigError::ClusterMismatch(why))),

@@ -62,7 +62,8 @@ impl Client {
     /// Cancel-safe: an interrupted set-up leaves some nodes marked, and running it again
     /// finishes it; clients refuse the nodes until a majority is marked.
     pub async fn init_cluster(config: Config) -> Result<ClusterInit, Error> {
-        let client = Client::open(config, false).await?;
+        // Bound to its list: a set-up never follows a change.
+        let client = Client::open(config, false).await?.current();
         client.set_up().await
     }
 

@@ -34,7 +34,8 @@
 //! holds any register. A change of the node list (`change.rs`, [`Client::change_cluster`])
 //! seals a majority of the old nodes (`seal.lua`), waits one node timeout, copies from the sealed
 //! majority with the same paged copy, and marks the new nodes under their claims; run again, it
-//! resumes.
+//! resumes. Clients that were running follow it once it is done (`src/client/mod.rs`, "A
+//! running client follows a change of its node list").
 //!
 //! # Guarantees
 //! Why a repair is enough: any set M that accepted a value is a majority; M minus the repaired
@@ -145,6 +146,10 @@ impl Client {
     /// Start a repair of node `i` in the background unless one is running.
     /// Returns the task, or None when a repair of the node is already running here.
     pub(crate) fn spawn_repair(&self, i: usize) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.pinned {
+            // A repair runs on one list: node `i` of the list in use now.
+            return self.current().spawn_repair(i);
+        }
         if self.inner.read_only {
             return None;
         }
@@ -170,6 +175,9 @@ impl Client {
     /// A node refused a vote because of its marker: probe it again (it will show as
     /// quarantined) and repair it.
     pub(crate) fn suspect(&self, i: usize) {
+        if !self.pinned {
+            return self.current().suspect(i);
+        }
         let Some(node) = self.inner.nodes.get(i).cloned() else {
             return;
         };
