@@ -93,6 +93,7 @@ mod fold;
 mod guard;
 mod holder;
 mod steps;
+mod undo;
 
 use std::fmt;
 use std::future::Future;
@@ -218,6 +219,8 @@ struct LockInner {
     server_clock: bool,
     /// A round its caller dropped is released in the background (off only in tests).
     undo_dropped_rounds: bool,
+    /// A round not granted is rolled back where its grant is untouched (off only in tests).
+    rollback_undone_rounds: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
     /// This handle's releases: whether the next one folds the fence or keeps it.
@@ -378,6 +381,7 @@ impl Lock {
                 watch: Mutex::new(Watch::new(client.node_urls().len())),
                 server_clock: client.config().server_clock_leases,
                 undo_dropped_rounds: client.config().undo_dropped_rounds,
+                rollback_undone_rounds: client.config().rollback_undone_rounds,
                 takeover_window: if client.config().takeover_wait {
                     crate::lease::watch_window
                 } else {
