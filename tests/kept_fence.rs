@@ -9,6 +9,10 @@
 //! fold put there). So a node that loses it must get it back from its peers before it votes
 //! again, and a fence key that no collect will ever fold must still be counted by the next
 //! grant.
+//!
+//! And the fence a losing round leaves: a contender's round granted only on the node that missed
+//! the holder's grant is rolled back there (`src/lock/undo.rs`), so the holder's extensions
+//! re-create their copy on that node (with the old folding undo they never could).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
