@@ -9,6 +9,10 @@
 //! fold put there). So a node that loses it must get it back from its peers before it votes
 //! again, and a fence key that no collect will ever fold must still be counted by the next
 //! grant.
+//!
+//! And the fence a losing round leaves: a contender's round granted only on the node that missed
+//! the holder's grant is rolled back there (`src/lock/undo.rs`), so the holder's extensions
+//! re-create their copy on that node (with the old folding undo they never could).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -424,4 +428,160 @@ async fn a_process_gone_within_a_second_of_a_kept_release_leaves_its_fence_and_t
     }
     assert_rising(&tokens, "the new process");
     assert_collected_once_idle(&cluster, name, *tokens.last().unwrap()).await;
+}
+
+// ----------------------------------------------------------------------------------------------
+// A contender's round undone on the node that missed the holder's grant (issue 43, item 6).
+// ----------------------------------------------------------------------------------------------
+
+/// The holder's lease time here: its first extension comes a third of it after the grant, long
+/// after the contender's round (so the copy missing on node C is still missing when the round
+/// reaches C), and its extensions then come every 3 s.
+const STORY_TTL: Duration = Duration::from_secs(9);
+
+/// What node C held after the contender's undone round, and how long after the grant the
+/// holder's copy was back there (`None`: not within three extension intervals and a margin,
+/// i.e. after two extensions that could re-create it).
+struct Regained {
+    after_undo: NodeState,
+    holder_token: u64,
+    back_after: Option<Duration>,
+}
+
+/// Holder H is granted on nodes A and B while C is cut off (its grant misses C); C is healed at
+/// once. Contender K (another process) tries twice: each round finds H's copies on A and B and
+/// none on C, so only C grants it, and K undoes the round (`folded`: with the TEST-ONLY rule
+/// before issue 43, which folds K's token into C's floor). Then C is watched for H's copy.
+async fn contender_undone_on_the_node_that_missed_the_grant(folded: bool) -> Regained {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let name = if folded { "missed-folded" } else { "missed" };
+    let holder = client(&cluster.urls()).await;
+    let mut config = common::config_from_urls(cluster.urls()).expect("test URLs are valid");
+    if folded {
+        config = config.with_undone_rounds_folded_for_tests();
+    }
+
+    // A first tenure on every node: C's fence counts from its token, so a fresh contender's
+    // first guess is refused there and it learns the lock's fence before it proposes again.
+    let lock = Lock::new(&holder, name, STORY_TTL).expect("valid");
+    let first = lock.try_acquire().await.expect("the free lock is granted");
+    first.release().await.expect("released");
+
+    cluster.node(2).cut_off();
+    let guard = lock
+        .try_acquire()
+        .await
+        .expect("A and B grant the free lock while C is cut off");
+    let granted_at = Instant::now();
+    cluster.node(2).heal();
+    // The holder's client reconnects to C (its connection there lost the grant's request and
+    // is dropped at its next use; a reconnect goes on in the background), so that its
+    // extensions can reach C from the first one on.
+    for _ in 0..3 {
+        let _ = holder.ping().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let holder_token = guard.token().get();
+    let on_c = node_state(&cluster, 2, name).await;
+    assert!(
+        on_c.copy.is_none(),
+        "the premise: C missed the holder's grant, found {on_c:?}"
+    );
+
+    // Connected now, so its connection to C is a fresh one.
+    let contender = common::connect(config)
+        .await
+        .expect("the contender connects");
+    let theirs = Lock::new(&contender, name, STORY_TTL).expect("valid");
+    // A and B answer it a little later than C, so the round reaches C before it is decided
+    // (lost on A and B): otherwise C's request may be dropped unsent.
+    // Two tries, as a cron job's retry makes: a round whose token C refuses (below its fence)
+    // is followed by one above every fence the contender saw, above the holder's token.
+    cluster.node(0).set_latency(Duration::from_millis(25));
+    cluster.node(1).set_latency(Duration::from_millis(25));
+    let _ = theirs.acquire(Duration::from_millis(1)).await;
+    let tried = theirs.acquire(Duration::from_millis(1)).await;
+    cluster.node(0).set_latency(Duration::ZERO);
+    cluster.node(1).set_latency(Duration::ZERO);
+    assert!(
+        tried.is_err(),
+        "the contender must not be granted a lock held on A and B: {:?}",
+        tried.map(|g| g.token())
+    );
+    let after_undo = node_state(&cluster, 2, name).await;
+    assert!(
+        granted_at.elapsed() < STORY_TTL / 3,
+        "the premise: the contender's round came before the holder's first extension (it took \
+         {:?}; the machine is too loaded for this story)",
+        granted_at.elapsed()
+    );
+    println!(
+        "holder's token {holder_token}; the contender's attempt: {tried:?}; C after its undo: \
+         {after_undo:?}"
+    );
+
+    let holders_copy = node_state(&cluster, 0, name)
+        .await
+        .copy
+        .expect("A holds the holder's copy");
+    let limit = STORY_TTL / 3 * 3 + Duration::from_secs(1);
+    let mut back_after = None;
+    while granted_at.elapsed() < limit {
+        if node_state(&cluster, 2, name).await.copy.as_deref() == Some(&*holders_copy) {
+            back_after = Some(granted_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(guard.is_held(), "the holder kept its lease throughout");
+    guard.release().await.expect("released");
+    Regained {
+        after_undo,
+        holder_token,
+        back_after,
+    }
+}
+
+/// The story of issue 43: a contender's round granted only on the node that missed the holder's
+/// grant is undone by a rollback there (its copy deleted, the fence key set back to what it was
+/// before it), so the holder's next extension re-creates its copy on that node: the holder is
+/// back on every node within an extension interval, not on a bare majority for its whole tenure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_regains_its_copy_where_a_contenders_undone_round_was_granted() {
+    let r = contender_undone_on_the_node_that_missed_the_grant(false).await;
+    assert!(
+        r.after_undo.copy.is_none() && r.after_undo.counts_from() < r.holder_token,
+        "the undo must roll the contender's grant on C back (no copy, C counting from below the \
+         holder's token {}), found {:?}",
+        r.holder_token,
+        r.after_undo
+    );
+    let back = r.back_after.unwrap_or_else(|| {
+        panic!(
+            "the holder's copy never came back on C (C after the undo: {:?}): the holder lives on \
+             a bare majority",
+            r.after_undo
+        )
+    });
+    println!("the holder's copy was back on C {back:?} after its grant");
+}
+
+/// The teeth: with the old undo (`with_undone_rounds_folded_for_tests`), the contender's token
+/// is folded into C's floor, above the holder's token, and the holder's extensions may never
+/// re-create their copy there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_folding_undo_the_holder_never_regains_that_copy() {
+    let r = contender_undone_on_the_node_that_missed_the_grant(true).await;
+    assert!(
+        r.after_undo.counts_from() > r.holder_token,
+        "the folded undo leaves the contender's token above the holder's {} on C, found {:?}",
+        r.holder_token,
+        r.after_undo
+    );
+    assert_eq!(
+        r.back_after, None,
+        "with the folding undo the holder's copy must stay missing on C (else the story no \
+         longer shows what the rollback fixes)"
+    );
 }

@@ -4,13 +4,15 @@
 //!
 //! Mirrors: the node steps `src/scripts/lock_acquire.lua` ([`lock_acquire`]),
 //! `lock_extend.lua` ([`lock_extend`]), `lock_release.lua` ([`lock_release`] in modes `"fold"`
-//! and `"keep"`, [`lock_collect`] in mode `"collect"`), the repair's `restore.lua` lease mode
+//! and `"keep"`, [`lock_collect`] in mode `"collect"`, [`lock_undo`] in mode `"undo"`, a round's
+//! undo: a rollback to the fence key the grant recorded in the copy's `p` where the grant is
+//! untouched, a fold elsewhere), the repair's `restore.lua` lease mode
 //! ([`restore_lease`]) and the resource guard `fenced_set.lua` ([`fenced_set`]), each compared
 //! with the real script on a real node by `tests/conformance_leases.rs`; the client's rounds in
 //! `src/lock/acquire.rs` (plan from the watch as `lease::plan_with`, learn from the replies,
 //! release a round that was not granted), the extension verdict of `lease::judge_extension`,
 //! the release modes of `src/lock/fold.rs` (a holder's release keeps or folds the fence key, a
-//! round's undo folds it; a client that kept one owes a collect, sent later to every voting
+//! round's undo rolls back or folds it, `src/lock/undo.rs`; a client that kept one owes a collect, sent later to every voting
 //! node), and the repair in `src/repair/` (raise the fence to the highest a majority of the
 //! *other* marked nodes hold, restore the lease copy where the node has none and its fence
 //! allows (the sources' value if they agree, a blocker `v0` that no client holds if they
@@ -91,6 +93,11 @@ pub struct Data {
     pub floor: u8,
     /// The run_id the node was last verified on (`rq:marker`), lost with the data.
     pub marker: Option<u8>,
+    /// The copy's field `p`: the fence key before the grant that wrote the copy (0: none),
+    /// written only by `lock_acquire.lua` ([`lock_acquire`]); `None` without a copy, and on a
+    /// copy re-created by an extension or restored by a repair. A round's undo rolls back to it
+    /// ([`lock_undo`]).
+    pub prev: Option<u8>,
 }
 
 /// What the node is asked to grant on (`lock_acquire.lua`'s mode).
@@ -165,6 +172,7 @@ pub fn lock_acquire(d: &mut Data, value: u8, token: u8, expect: Option<u8>, ask:
         token,
         version: 1,
     });
+    d.prev = Some(d.fence);
     d.fence = token;
     Grant {
         status: Status::Granted,
@@ -197,6 +205,7 @@ pub fn lock_extend(d: &mut Data, value: u8, version: u8, token: u8, expect: Opti
                 token,
                 version,
             });
+            d.prev = None;
             if fence < token {
                 d.fence = token;
             }
@@ -224,6 +233,7 @@ pub fn lock_release(d: &mut Data, value: u8, mode: Release) -> bool {
         return false;
     }
     d.key = None;
+    d.prev = None;
     if mode == Release::Keep {
         return true;
     }
@@ -244,6 +254,29 @@ pub fn lock_collect(d: &mut Data, expect: Option<u8>) -> i8 {
         return 0;
     }
     i8::from(fold_fence(d))
+}
+
+/// `lock_release.lua` in mode `"undo"` (a round's undo), line for line: 0 unless the key holds
+/// the value; where the copy is at version 1 with its `p` and the fence key holds exactly the
+/// round's token, the copy deleted and the fence key set back to `p` (deleted for 0; left as
+/// it is if `p` were not below the token), the floor untouched: 2; anywhere else the fold of
+/// mode `"fold"`: 1. No marker check. `unchecked` plants [`Bug::UndoUnchecked`]: the rollback
+/// wherever the copy has a `p`, whatever its version and the fence key.
+pub fn lock_undo(d: &mut Data, value: u8, token: u8, unchecked: bool) -> i8 {
+    let Some(k) = d.key.filter(|k| k.value == value) else {
+        return 0;
+    };
+    match d.prev {
+        Some(p) if unchecked || (k.version == 1 && d.fence == token) => {
+            d.key = None;
+            d.prev = None;
+            if p < token {
+                d.fence = p;
+            }
+            2
+        }
+        _ => i8::from(lock_release(d, value, Release::Fold)),
+    }
 }
 
 /// The fold both share: the floor raised to the fence key, then the fence key deleted; false
@@ -344,6 +377,17 @@ pub enum Bug {
     /// ([`restored_copy`] already blocks when they differ), and the fence key only chooses
     /// between a copy and a blocker for a lease no valid holder has. No planted-bug test.
     CollectBesideCopy,
+    /// A holder's release rolls its grant back as a round's undo does (`lock_release.lua`'s mode
+    /// `"undo"` sent for a lease a caller was given): its fence key goes back below its token,
+    /// so a later grant can get a token at or below one a holder already used.
+    UndoOfHeldLease,
+    /// A round's undo rolls the grant back wherever the copy still has its `p`, without
+    /// checking that it is at version 1 and that the fence key still holds the round's token.
+    /// No counterexample within these bounds, as expected: only the undone round's own client
+    /// names its value, that value is never extended (no caller holds it), and a later grant
+    /// on the node replaces the copy (and its `p`) whole; the checks guard against what the
+    /// model does not produce (a stray undo of a value that was extended). No planted-bug test.
+    UndoUnchecked,
 }
 
 /// The bounds of one exploration.
@@ -553,6 +597,8 @@ pub enum Msg {
     },
     /// `lock_release.lua` in mode `"keep"` or `"fold"` (no reply counted).
     Release { node: u8, value: u8, mode: Release },
+    /// `lock_release.lua` in mode `"undo"`: a round's undo (no reply counted).
+    Undo { node: u8, value: u8, token: u8 },
     /// A holder's fenced write to the resource: `fenced_set.lua` with its token.
     Write { grant: u8, token: u8 },
 }
@@ -560,9 +606,10 @@ pub enum Msg {
 impl Msg {
     fn node(&self) -> Option<u8> {
         match *self {
-            Msg::Acquire { node, .. } | Msg::Extend { node, .. } | Msg::Release { node, .. } => {
-                Some(node)
-            }
+            Msg::Acquire { node, .. }
+            | Msg::Extend { node, .. }
+            | Msg::Release { node, .. }
+            | Msg::Undo { node, .. } => Some(node),
             Msg::Write { .. } => None,
         }
     }
@@ -684,6 +731,8 @@ pub struct Past {
     pub repaired: bool,
     /// Some client sent a release in mode `"keep"` (recorded while a collect may follow).
     pub kept: bool,
+    /// A round's undo rolled a grant back on some node.
+    pub rolled_back: bool,
 }
 
 /// The whole system.
@@ -786,6 +835,12 @@ impl fmt::Display for Msg {
                     f,
                     "the {} release of v{value} to node {node}",
                     mode_text(mode)
+                )
+            }
+            Msg::Undo { node, value, token } => {
+                write!(
+                    f,
+                    "the undo of v{value} (token {token}, roll back if untouched) to node {node}"
                 )
             }
             Msg::Write { grant, token } => {
@@ -986,6 +1041,20 @@ impl LeaseModel {
         }
     }
 
+    /// The undo of the round of `value` and `token` to every up node not in `skip`.
+    fn send_undos(&self, s: &mut LeaseState, value: u8, token: u8, skip: u8) {
+        for n in 0..self.nodes {
+            if s.nodes[n].up && skip & (1 << n) == 0 {
+                s.net.push(Msg::Undo {
+                    node: n as u8,
+                    value,
+                    token,
+                });
+            }
+        }
+        s.net.sort();
+    }
+
     /// Decide an acquisition round (`decide::after_round`; a round not granted is released
     /// everywhere unless it only read).
     fn decide_acquisition(&self, s: &mut LeaseState, c: usize, r: AcqRound) {
@@ -1013,13 +1082,14 @@ impl LeaseModel {
         }
         s.clients[c].doing = Doing::Idle;
         if !r.only_reads {
-            // Released on every node that may hold it: those that granted or did not answer
+            // Undone on every node that may hold it: those that granted or did not answer
             // (one that answered otherwise did not take this fresh value; the real client
-            // sends it there too, where it changes nothing). Always in mode "fold"
-            // (`Lock::release_value`): a losing token's fence key left behind would make a
-            // repair restore a blocker where the holder's copy belongs.
+            // sends it there too, where it changes nothing). In mode "undo"
+            // (`Lock::undo_round`): rolled back where untouched, else folded (a losing token's
+            // fence key left behind would make a repair restore a blocker where the holder's
+            // copy belongs).
             let refused = r.replied & !r.acks;
-            self.send_releases(s, r.value, Release::Fold, refused);
+            self.send_undos(s, r.value, r.token, refused);
         }
     }
 
@@ -1068,6 +1138,13 @@ impl LeaseModel {
                 let n = &mut s.nodes[node as usize];
                 if n.up {
                     lock_release(&mut n.data, value, mode);
+                }
+            }
+            Msg::Undo { node, value, token } => {
+                let unchecked = self.bug == Some(Bug::UndoUnchecked);
+                let n = &mut s.nodes[node as usize];
+                if n.up && lock_undo(&mut n.data, value, token, unchecked) == 2 {
+                    s.past.rolled_back = true;
                 }
             }
             Msg::Acquire {
@@ -1159,6 +1236,7 @@ impl Model for LeaseModel {
                         fence: 0,
                         floor: 0,
                         marker: Some(0),
+                        prev: None,
                     },
                     run: 0,
                     up: true,
@@ -1374,7 +1452,11 @@ impl Model for LeaseModel {
                     return None;
                 };
                 s.clients[c as usize].doing = Doing::Idle;
-                self.send_releases(&mut s, h.value, mode, 0);
+                if self.bug == Some(Bug::UndoOfHeldLease) {
+                    self.send_undos(&mut s, h.value, h.token, 0);
+                } else {
+                    self.send_releases(&mut s, h.value, mode, 0);
+                }
             }
             Action::Collect(n) => {
                 s.collects += 1;
@@ -1419,6 +1501,7 @@ impl Model for LeaseModel {
                     fence: 0,
                     floor: 0,
                     marker: (!self.quarantine()).then_some(node.run),
+                    prev: None,
                 };
                 s.wipes += 1;
                 s.net.retain(|m| m.node() != Some(n));
@@ -1442,6 +1525,7 @@ impl Model for LeaseModel {
                     fence: 0,
                     floor: 0,
                     marker: (!self.quarantine()).then_some(node.run),
+                    prev: None,
                 };
                 s.flushes += 1;
                 for m in s.net.iter_mut() {
@@ -1553,6 +1637,13 @@ impl Model for LeaseModel {
                 ));
             }
         }
+        if self.rounds >= 2 {
+            // Two clients' rounds split the nodes: the loser's undo rolls its grant back.
+            v.push(Property::sometimes(
+                "an undone round is rolled back",
+                |_, s: &LeaseState| s.past.rolled_back,
+            ));
+        }
         if self.extensions > 0 {
             v.push(Property::sometimes(
                 "a lease is extended",
@@ -1621,7 +1712,9 @@ impl LeaseState {
                     *n = node[*n as usize] as u8;
                     *wiped = remap_mask(*wiped, node);
                 }
-                Msg::Release { node: n, .. } => *n = node[*n as usize] as u8,
+                Msg::Release { node: n, .. } | Msg::Undo { node: n, .. } => {
+                    *n = node[*n as usize] as u8
+                }
                 Msg::Write { .. } => {}
             }
         }

@@ -1,12 +1,12 @@
 //! The lease model follows the code: sequences of calls run through the real scripts
-//! (`lock_acquire.lua`, `lock_extend.lua`, `lock_release.lua` in its three modes,
+//! (`lock_acquire.lua`, `lock_extend.lua`, `lock_release.lua` in its four modes,
 //! `restore.lua` in lease mode, `fenced_set.lua`) on a real `redis-server` and through the
 //! model's node steps, and every reply and every stored register must agree: a written story
 //! that visits each branch, then seeded pseudo-random sequences.
 
 use redquorum_model::leases::{
-    self, fenced_set, lock_acquire, lock_collect, lock_extend, lock_release, restore_lease, Ask,
-    Data, Grant, Key, Release, Status, BLOCKER,
+    self, fenced_set, lock_acquire, lock_collect, lock_extend, lock_release, lock_undo,
+    restore_lease, Ask, Data, Grant, Key, Release, Status, BLOCKER,
 };
 use redquorum_testkit::LocalNodes;
 
@@ -78,10 +78,11 @@ impl Real {
 
     /// What the node stores, read back into the model's terms.
     fn data(&mut self) -> Data {
-        let (v, n): (Option<String>, Option<u8>) = redis::cmd("HMGET")
+        let (v, n, prev): (Option<String>, Option<u8>, Option<u8>) = redis::cmd("HMGET")
             .arg(LOCK)
             .arg("v")
             .arg("n")
+            .arg("p")
             .query(&mut self.con)
             .expect("HMGET");
         let key = v.map(|v| parse_key(&v, n.expect("version")));
@@ -94,6 +95,7 @@ impl Real {
             fence: self.get(FENCE),
             floor: self.get(FLOOR).max(self.get(OLD_FLOOR)),
             marker: marker.map(|m| m.trim_start_matches("run-").parse().expect("run")),
+            prev,
         }
     }
 
@@ -202,6 +204,22 @@ impl Real {
         r == 1
     }
 
+    /// `lock_release.lua` in mode `"undo"`: its status (2 rolled back, 1 folded, 0 not ours).
+    fn undo(&mut self, value: u8, token: u8) -> i8 {
+        let r: i64 = self
+            .release
+            .key(LOCK)
+            .key(FENCE)
+            .key(FLOOR)
+            .arg(value_text(value, token))
+            .arg("rq:released:conformance")
+            .arg("undo")
+            .arg(token)
+            .invoke(&mut self.con)
+            .expect("lock_release.lua runs in mode undo");
+        r as i8
+    }
+
     /// `lock_release.lua` in mode `"collect"` (no value; the marker checked).
     fn collect(&mut self, expect: Option<u8>) -> i8 {
         let r: i64 = self
@@ -258,6 +276,8 @@ enum Call {
     /// Value, token, mode (`None`: no ARGV[3], which the script takes as `"fold"`).
     Release(u8, u8, Option<Release>),
     Collect(Option<u8>),
+    /// A round's undo of value, token.
+    Undo(u8, u8),
     Restore(Key),
     Raise(u8),
     SetMarker(Option<u8>),
@@ -280,6 +300,11 @@ fn apply(real: &mut Real, model: &mut Data, call: Call, tokens: &[u8]) -> (Strin
         Call::Release(value, token, mode) => {
             let m = lock_release(model, value, mode.unwrap_or(Release::Fold));
             let r = real.release(value, token, mode);
+            (m.to_string(), r.to_string())
+        }
+        Call::Undo(value, token) => {
+            let m = lock_undo(model, value, token, false);
+            let r = real.undo(value, token);
             (m.to_string(), r.to_string())
         }
         Call::Collect(expect) => {
@@ -500,6 +525,33 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do() {
         ("the test-only \"*\" skips the marker", Collect(None)),
         ("once", Collect(run)),
         (
+            "a round granted above the kept fence key",
+            Acquire(8, 8, run, Absent),
+        ),
+        (
+            "its undo rolls it back: no fence key again (the floor kept)",
+            Undo(8, 8),
+        ),
+        (
+            "a round granted above the floor",
+            Acquire(8, 8, run, Absent),
+        ),
+        ("the holder extends it (version 2)", Extend(8, 2, 8, run)),
+        ("an extended copy is folded, not rolled back", Undo(8, 8)),
+        ("no undo of a value the node does not hold", Undo(8, 8)),
+        ("granted again", Acquire(8, 9, run, Absent)),
+        ("the repair raises the fence key past it", Raise(10)),
+        ("a raised fence key is folded, not rolled back", Undo(8, 9)),
+        (
+            "restored after a raise: a copy without p",
+            Restore(Key {
+                value: 8,
+                token: 10,
+                version: 1,
+            }),
+        ),
+        ("a restored copy is folded, not rolled back", Undo(8, 10)),
+        (
             "the node restarted: its marker names the old run",
             SetMarker(Some(0)),
         ),
@@ -564,6 +616,8 @@ struct Reached {
     collect_refused: u32,
     collect_beside_copy: u32,
     collect_without_fence: u32,
+    rolled_back: u32,
+    undo_folded: u32,
 }
 
 /// A call drawn from the node's current state (the model's, equal to the node's): fresh
@@ -614,7 +668,7 @@ fn draw(rng: &mut Rng, d: &Data, tokens: &mut [u8; 256], next: &mut u8) -> Call 
         let version = 1 + rng.below(4) as u8;
         return Call::Extend(value, version, tokens[value as usize], expect);
     }
-    if r < 76 {
+    if r < 70 {
         let value = some_value(rng);
         let mode = match rng.below(5) {
             0 => None,
@@ -622,6 +676,10 @@ fn draw(rng: &mut Rng, d: &Data, tokens: &mut [u8; 256], next: &mut u8) -> Call 
             _ => Some(Release::Keep),
         };
         return Call::Release(value, tokens[value as usize], mode);
+    }
+    if r < 76 {
+        let value = some_value(rng);
+        return Call::Undo(value, tokens[value as usize]);
     }
     if r < 92 {
         return Call::Collect(expect);
@@ -686,6 +744,12 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do_on_random_sequence
                 Call::Release(_, _, Some(Release::Keep)) if changed => reached.kept += 1,
                 Call::Release(_, _, _) if changed => reached.folded += 1,
                 Call::Collect(_) if changed => reached.collected += 1,
+                Call::Undo(value, token) if changed => {
+                    match lock_undo(&mut before.clone(), value, token, false) {
+                        2 => reached.rolled_back += 1,
+                        _ => reached.undo_folded += 1,
+                    }
+                }
                 Call::Collect(e) if e.is_some() && before.marker != e => {
                     reached.collect_refused += 1
                 }
@@ -704,7 +768,9 @@ fn the_lease_models_node_steps_answer_as_the_lease_scripts_do_on_random_sequence
             && reached.collected > 0
             && reached.collect_refused > 0
             && reached.collect_beside_copy > 0
-            && reached.collect_without_fence > 0,
+            && reached.collect_without_fence > 0
+            && reached.rolled_back > 0
+            && reached.undo_folded > 0,
         "the random sequences missed a branch of lock_release.lua's modes: {reached:?}"
     );
 }

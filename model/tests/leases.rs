@@ -161,6 +161,15 @@ fn a_repair_that_restores_the_newest_of_two_different_copies_yields_two_valid_ho
 }
 
 #[test]
+fn a_release_that_rolls_back_a_held_lease_reissues_its_token() {
+    counterexample(
+        LeaseModel::ci_takeover(),
+        Bug::UndoOfHeldLease,
+        "tokens increase with real time",
+    );
+}
+
+#[test]
 fn a_flushed_node_without_quarantine_yields_two_valid_holders() {
     counterexample(
         LeaseModel::ci_flush(),

@@ -92,6 +92,9 @@ pub struct Config {
     pub(crate) unbounded_vote_deadlines: bool,
     /// A lock attempt dropped mid-round releases the round (off: test switch).
     pub(crate) undo_dropped_rounds: bool,
+    /// A lock round that was not granted is rolled back where its grant is untouched, rather
+    /// than folded (off: test switch).
+    pub(crate) rollback_undone_rounds: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
     pub(crate) floor_recheck: bool,
     /// Repair restores the newest lease copy even where its sources disagree on the holder
@@ -181,6 +184,7 @@ impl Config {
             lost_replies_counted: false,
             unbounded_vote_deadlines: false,
             undo_dropped_rounds: true,
+            rollback_undone_rounds: true,
             floor_recheck: true,
             newest_lease_restore: false,
             unvalidated_spares: false,
@@ -561,6 +565,9 @@ impl Config {
         }
         if !self.undo_dropped_rounds {
             out.push("a lock attempt dropped mid-round leaves its grants behind (test-only switch): a free lock looks held for its TTL".into());
+        }
+        if !self.rollback_undone_rounds {
+            out.push("a lock round that was not granted is folded, not rolled back (test-only switch): a holder whose grant missed a node may never get its copy there".into());
         }
         if !self.takeover_wait {
             out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());

@@ -82,6 +82,15 @@ impl Config {
         self
     }
 
+    /// TEST ONLY: undo a lock round that was not granted by folding its token into the fence
+    /// floor on every node (the rule before issue 43), never rolling back a grant that is
+    /// still untouched, so a test can show the copy a holder then never regains on a node that
+    /// missed its grant. Never use it in production.
+    pub fn with_undone_rounds_folded_for_tests(mut self) -> Self {
+        self.rollback_undone_rounds = false;
+        self
+    }
+
     /// TEST ONLY: let lease keys expire on the nodes' wall clocks again (Redis `PEXPIRE`), never
     /// re-create a missing copy on extension, and do not restore lease keys in repair: the
     /// classic Redlock behaviour, so a test can show the double holders that a node's clock

@@ -227,6 +227,7 @@ impl Lock {
             let mut undo = UndoRound {
                 lock: self,
                 value: (!only_reads && inner.undo_dropped_rounds).then(|| value.clone()),
+                token,
                 runtime: tokio::runtime::Handle::try_current().ok(),
             };
             let tally = self.send_round(&value, token, asks).await;
@@ -235,11 +236,12 @@ impl Lock {
             let until = stamp.after(lease::validity(inner.ttl));
             let verdict = self.judge(&tally, only_reads, until);
             // A round that was not granted is undone everywhere (also on nodes whose reply
-            // was not awaited: they may have granted).
+            // was not awaited: they may have granted), rolled back where its grant is
+            // untouched (`undo.rs`): no caller was given its token.
             if verdict == decide::AfterRound::TooSlow
                 || (verdict != decide::AfterRound::Granted && !only_reads)
             {
-                self.release_value(&value).await;
+                self.undo_round(&value, token).await;
             }
             undo.value = None;
             match verdict {
@@ -405,23 +407,17 @@ impl Lock {
         ]
     }
 
-    /// Compare-and-delete on every node (also nodes that did not answer: they may have
-    /// applied), folding the fence into the floor: a round's undo, which must not leave a
-    /// losing token's fence behind (a repair copying it to a wiped node would block the real
-    /// holder's copy there). Returns how many nodes had deleted it when the outcome was
-    /// decided; slower nodes are still sent the release, in the background (a copy left anyway
-    /// is taken over after its TTL plus drift, like a crashed holder's), so one frozen node
-    /// does not slow a release down.
+    /// Compare-and-delete of a lease this handle held (its guard's release) on every node
+    /// (also nodes that did not answer: they may have applied). Returns how many nodes had
+    /// deleted it when the outcome was decided; slower nodes are still sent the release, in the
+    /// background (a copy left anyway is taken over after its TTL plus drift, like a crashed
+    /// holder's), so one frozen node does not slow a release down. The fence is folded into
+    /// the floor, or, for a release soon after the handle's previous one, kept for the next
+    /// grant to rewrite, owing a collect (see [`fold`](super::fold)). Never a rollback: the
+    /// token may have been used (a round no caller was given is undone by `undo_round`).
     ///
-    /// Cancel safety: a release dropped before its decision may not reach every node; its
-    /// callers (the round's undo, the guard's drop) send it again in the background.
-    pub(super) async fn release_value(&self, value: &Arc<str>) -> usize {
-        self.release_in(value, Mode::Fold).await
-    }
-
-    /// [`release_value`](Self::release_value) of a lease this handle held (its guard's
-    /// release): one soon after the handle's previous release keeps the fence key for the next
-    /// grant to rewrite, and owes a collect (see [`fold`](super::fold)).
+    /// Cancel safety: a release dropped before its decision may not reach every node; the
+    /// guard's drop sends it again in the background.
     pub(super) async fn release_held(&self, value: &Arc<str>) -> usize {
         let mode = self.inner.folds().on_release(Instant::now());
         if mode
@@ -496,6 +492,8 @@ struct UndoRound<'a> {
     lock: &'a Lock,
     /// The round's value while it may be granted somewhere (never for a read-only round).
     value: Option<Arc<str>>,
+    /// The round's token (its undo rolls back a grant still untouched).
+    token: u64,
     /// The runtime the round runs on, so the release is spawned there even when the attempt is
     /// dropped on a thread outside it.
     runtime: Option<tokio::runtime::Handle>,
@@ -507,9 +505,10 @@ impl Drop for UndoRound<'_> {
             return;
         };
         let lock = self.lock.clone();
+        let token = self.token;
         if let Some(runtime) = &self.runtime {
             runtime.spawn(async move {
-                lock.release_value(&value).await;
+                lock.undo_round(&value, token).await;
             });
         }
     }

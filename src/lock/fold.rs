@@ -11,7 +11,8 @@
 //!   `"keep"` (`lock_release.lua`): it deletes the holder's copy only; the fence key stays;
 //! - the first release of a handle, or one after a pause, folds as before (`"fold"`): a one-shot
 //!   caller (`lock run`, `job run`, a cron job) leaves exactly what it always did;
-//! - a round's undo (a round not granted, or dropped by its caller) always folds: a losing
+//! - a round's undo (a round not granted, or dropped by its caller) never keeps: it rolls the
+//!   grant back where it is untouched (`undo.rs`) and folds anywhere else, since a losing
 //!   token's fence left on a node would, copied by a repair to a wiped node, block the real
 //!   holder's copy there (its restore writes a blocker under a higher fence);
 //! - a handle that kept a fence owes a fold: one task per handle waits until the handle has

@@ -8,8 +8,9 @@
 //! 1. **Acquire** (`acquire.rs`): a round proposes a fresh random value and a token above every
 //!    fence this handle knows; `lock_acquire.lua` grants it on a node that has no key (or, in a
 //!    takeover, that still holds exactly the watched state) and raises the fence in the same
-//!    atomic step. A majority granting with at least half the TTL left wins; any other round is
-//!    released everywhere.
+//!    atomic step, recording beside the copy the fence key it replaced. A majority granting with
+//!    at least half the TTL left wins; any other round is undone everywhere (`undo.rs`): rolled
+//!    back where its grant is untouched, folded elsewhere (see "An undone round" below).
 //! 2. **Takeover**: a held lease is taken over only after this handle saw the same
 //!    `(value, version)` on a majority, on the same node incarnations, unchanged for the TTL plus
 //!    drift on its own monotonic clock (`crate::lease`), and then by compare-and-swap of exactly
@@ -24,10 +25,53 @@
 //!    and folds it once the handle is idle: `fold.rs`), and publishes a wake-up hint for
 //!    waiters (`holder.rs`).
 //!
+//! # An undone round
+//! A round that no caller was given a guard for (too few grants, too late, or its caller went
+//! away) is undone on every node by `lock_release.lua`'s mode `"undo"`: where the node's copy
+//! still holds the round's value at version 1 with the field `p` that only `lock_acquire.lua`
+//! writes, and its fence key still holds exactly the round's token, the copy is deleted and
+//! the fence key set back to `p`, its value before the grant; anywhere else the copy (if the
+//! round's) is deleted and the fence folded into the floor, as a release does. Why: a holder H
+//! whose grant missed node C re-creates its copy there with its extensions only while C's fence
+//! is at most H's token; a losing contender's round granted on C alone (H's majority refuses
+//! it) used to be folded into C's floor, above H's token for good, and H lived on a bare
+//! majority for its whole tenure (issue 43). Rolled back, C counts from where it did before,
+//! and H's next extension re-creates its copy there.
+//!
+//! Why it is safe:
+//! - *Untouched means nothing happened since.* The value is fresh per round and only its own
+//!   round names it; its copy is never extended (no caller holds it). Any later grant on C
+//!   replaces the copy whole (a swap writes a new value and `p`; a grant "if free" needs no
+//!   copy there), and raises the fence key above the token; a repair's raise, a fold or a
+//!   collect (which needs no copy there) change the fence key; a re-created or restored copy
+//!   has no `p`; a node that lost its data has neither. So the check says that C's lock and
+//!   fence keys are exactly as the grant left them, and rolling back makes C what it would be
+//!   had the round never reached it (the floor, never lowered, keeps whatever was folded into
+//!   it meanwhile). A node that restarted with its data kept the grant and everything before
+//!   it (Redis persists writes in order), so its own earlier grants are all within `p`.
+//! - *No caller used the token.* A round is undone only once its client decided it was not
+//!   granted, and a guard is returned only for a granted round (a guard's release never rolls
+//!   back: the lease model plants that bug, `Bug::UndoOfHeldLease`). So no fenced
+//!   resource has seen the token, and no caller's validity rests on the grant.
+//! - *Token order.* A token given to a caller was granted by a majority; on each node of that
+//!   majority the grant raised the fence to it, and since then that node's
+//!   `max(fence key, floor)` stays at or above it: a rollback on that node lowers the fence key
+//!   only to `p`, read after that grant (a rollback of a grant made before it is impossible:
+//!   that grant changed the copy), and the floor never goes down. Two majorities share a node,
+//!   so every later grant's token is above it.
+//! - *Mutual exclusion and re-creation.* An extension re-creates a copy only where the fence
+//!   is at most its token, so that a holder whose lease ended cannot come back after a later
+//!   holder was granted there (and released); a rolled-back round had no holder, and a later
+//!   holder's grant is never rolled back. A lost reply (the round was in fact granted by a
+//!   majority it did not see), a delayed undo landing after other events, and a wiped or
+//!   flushed node (its copy, restored without `p`, is folded) all meet the same check.
+//!
 //! # Guarantees
 //! The full list is on [`Lock`]. Under the crate's assumptions (clients' monotonic clocks within
-//! `MAX_DRIFT_RATE` of real time; nodes' wall clocks may step at any time): every granted
-//! [`FencingToken`] is greater than every token granted before it for the lock; while a guard's
+//! `MAX_DRIFT_RATE` of real time; nodes' wall clocks may step at any time): every
+//! [`FencingToken`] a caller is given is greater than every token given to a caller before it
+//! for the lock (the token of a round that no caller was given may be rolled back and
+//! proposed again: it was never used); while a guard's
 //! `is_held()` is true, no other client holds the lock; loss (conflict, no quorum, expiry, hold
 //! bound) is signalled no later than `valid_until`, and no extension succeeds after it.
 //! Not guaranteed: a process paused past `valid_until` cannot notice while paused, so mutual
@@ -48,6 +92,8 @@
 //!   the last successful acquisition or extension (and checked on the boot clock).
 //! - A released lock's next token stays above every token it had: acquisitions count from the
 //!   highest of its fence, its floor bucket and the older single floor.
+//! - Only a round no caller was given is ever rolled back (`undo.rs`), and only where its grant
+//!   is untouched; a holder's release folds or keeps its fence, never lowers it.
 //!
 //! Why `lease/` is not inside this folder: the lease rules (`crate::lease`) are also the rules of
 //! a group's beats (`lease/beats.rs`, watched by the group leader), of the repair claim's takeover
@@ -82,6 +128,7 @@
 //!   table-tested.
 //! - `steps.rs`: the node steps (acquire, extend, release, read) and their pure decoders.
 //! - `acquire.rs`: acquisition rounds, waiting, scoped `run`, release.
+//! - `undo.rs`: a round's undo (a rollback where its grant is untouched, else a fold).
 //! - `extend.rs`: extensions, one lease or a client's many (the per-client batcher).
 //! - `guard.rs`: [`LockGuard`], the watchdog, the loss signal.
 //! - `holder.rs`: who holds a lock; release wake-up hints.
@@ -93,6 +140,7 @@ mod fold;
 mod guard;
 mod holder;
 mod steps;
+mod undo;
 
 use std::fmt;
 use std::future::Future;
@@ -137,16 +185,19 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 ///   replaces exactly that state by compare-and-swap (see `lease.rs` for the argument).
 ///
 /// Extensions re-create the copy on a node that lacks it (it missed the grant, or lost its data
-/// and was repaired) unless a later acquisition was granted there, and repair restores lease
+/// and was repaired) unless a later acquisition was granted there (a losing contender's round is rolled back
+/// where it is untouched, so it does not count), and repair restores lease
 /// keys, so a lease does not live on a bare majority for the rest of its life.
 ///
 /// # Guarantees
 /// Under the crate's assumptions (see the crate docs), including: clients' monotonic clocks
 /// run within [`MAX_DRIFT_RATE`](crate::MAX_DRIFT_RATE) of real time; nodes' wall clocks may
 /// step at any time, forward or back:
-/// - **Fencing:** every granted [`FencingToken`] is greater than every token granted before it
-///   for the same lock, on any client. The token is minted in the same atomic step that grants
-///   the lease on each node, so a deposed holder cannot hold the newest token.
+/// - **Fencing:** every [`FencingToken`] a caller is given is greater than every token given to
+///   a caller before it for the same lock, on any client. The token is minted in the same atomic
+///   step that grants the lease on each node, so a deposed holder cannot hold the newest token.
+///   (An attempt that returns no guard may have proposed a token that a later attempt proposes
+///   again: nobody could use it.)
 /// - **Mutual exclusion within validity:** while a guard's [`is_held`](LockGuard::is_held) is
 ///   true (its [`valid_until`](LockGuard::valid_until) is in the future on both the monotonic
 ///   and the boot clock, which counts host suspend), no other client holds a granted lease on
@@ -218,6 +269,8 @@ struct LockInner {
     server_clock: bool,
     /// A round its caller dropped is released in the background (off only in tests).
     undo_dropped_rounds: bool,
+    /// A round not granted is rolled back where its grant is untouched (off only in tests).
+    rollback_undone_rounds: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
     /// This handle's releases: whether the next one folds the fence or keeps it.
@@ -378,6 +431,7 @@ impl Lock {
                 watch: Mutex::new(Watch::new(client.node_urls().len())),
                 server_clock: client.config().server_clock_leases,
                 undo_dropped_rounds: client.config().undo_dropped_rounds,
+                rollback_undone_rounds: client.config().rollback_undone_rounds,
                 takeover_window: if client.config().takeover_wait {
                     crate::lease::watch_window
                 } else {

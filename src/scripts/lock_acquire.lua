@@ -2,8 +2,12 @@
 -- if the lock key is exactly in the state the caller expects (compare-and-swap). No key here
 -- ever expires on the server's clock: a node's wall clock may step at any time.
 --
--- KEYS[1]  lock key (rq:lock:<name>): a hash {v = holder value, n = version, t = ttl ms}, or
---          absent when nobody holds the lease on this node. No TTL (see ARGV[8]).
+-- KEYS[1]  lock key (rq:lock:<name>): a hash {v = holder value, n = version, t = ttl ms, and
+--          p = the fence key's value before this grant (0: none) on a copy this script
+--          granted}, or absent when nobody holds the lease on this node. No TTL (see ARGV[8]).
+--          A copy re-created by lock_extend.lua or restored by restore.lua has no p: only the
+--          undo of the round that granted it here may roll a grant back (lock_release.lua's
+--          mode "undo"), and only while p is there.
 -- KEYS[2]  fence key (rq:fence:<name>): the highest token granted with this lock, a decimal
 --          integer string, no TTL (one per lock name).
 -- KEYS[3]  node marker (rq:marker), see id_propose.lua.
@@ -35,7 +39,9 @@
 --           -2   the key is as expected but fence >= token: propose above fence;
 --           -1   marker missing or stale: the node may not vote; nothing changed.
 -- A node grants only when the key is as expected AND its fence is below the token, so a token
--- granted by a majority is above every token granted by a majority before it.
+-- granted by a majority is above every token granted by a majority before it, unless that
+-- earlier round was rolled back (lock_release.lua's mode "undo": only a round no caller was
+-- given is; src/lock/mod.rs states what is guaranteed).
 local ttl = rq_arg(ARGV[2], 'lock_acquire ttl')
 local token = rq_arg(ARGV[3], 'lock_acquire token')
 local expected_version = rq_arg(ARGV[7], 'lock_acquire expected version')
@@ -45,7 +51,8 @@ end
 -- One GET per register: a GET of a key of another type raises WRONGTYPE, so a corrupted fence
 -- or floor is an error on this node, never read as 0. (One MGET of the four, with an EXISTS
 -- to tell an absent register from a wrong-typed one, measured no cheaper inside Redis.)
-local fence = math.max(rq_stored(redis.call('GET', KEYS[2]), KEYS[2]),
+local fence_key = redis.call('GET', KEYS[2])
+local fence = math.max(rq_stored(fence_key, KEYS[2]),
   rq_stored(redis.call('GET', KEYS[4]), KEYS[4]), rq_stored(redis.call('GET', KEYS[5]), KEYS[5]))
 local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 't')
 local value = cur[1] or ''
@@ -71,10 +78,11 @@ if fence >= token then
 end
 -- The fence first, then the lease: a lease copy's token is never above its node's fence, even
 -- when the lease's write is refused after the fence's (an operator's ACL change mid-script;
--- Redis undoes no earlier write). A lease key holds only v, n and t (here, in lock_extend.lua
--- and restore.lua): HSET replaces a swapped lease whole, with no DEL before it.
+-- Redis undoes no earlier write). A lease key holds only v, n, t and (written here only) p:
+-- HSET replaces a swapped lease whole, with no DEL before it. p keeps the fence key's own
+-- digits (0 when there was none), for the round's undo to set it back to.
 redis.call('SET', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2])
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'n', '1', 't', ARGV[2], 'p', fence_key or '0')
 if ARGV[8] == 'x' then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end

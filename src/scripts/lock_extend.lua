@@ -21,7 +21,10 @@
 --          Otherwise an array with one status per lease, in order:
 --           1  the key held the value: its version is now at least the given version;
 --           2  there was no key and the fence was at most the token: the copy was re-created
---              (no later acquisition was granted on this node, so it blocks nobody entitled);
+--              (no later acquisition was granted on this node, so it blocks nobody entitled;
+--              a losing contender's round is rolled back where untouched, lock_release.lua's
+--              mode "undo", so it does not count). A re-created copy has no field p (see
+--              lock_acquire.lua): no undo ever rolls it back;
 --           0  the key holds another value (someone else's lease): nothing changed;
 --          -2  no key, and the fence (or its floor bucket, which other locks share) is above
 --              the token: a later acquisition may have been granted here.

@@ -16,17 +16,57 @@
 --                     per cycle) or folded later with "collect";
 --          "collect"  delete nothing but the fence: fold it into the floor, only on a node
 --                     holding the expected marker and no key at KEYS[1] (a copy, anyone's,
---                     keeps its fence key).
--- ARGV[4]  (mode "collect") expected marker, or "*" (test-only).
+--                     keeps its fence key);
+--          "undo"     the undo of an acquisition round that no caller was given (not granted
+--                     by a majority in time, or its caller went away): ROLL BACK the round's
+--                     grant where it is untouched, i.e. the key holds ARGV[1] at version 1
+--                     with the field p that only lock_acquire.lua writes (never extended,
+--                     swapped, re-created or restored since) and the fence key holds exactly
+--                     the round's token ARGV[4] (no later grant, raise or fold): delete the
+--                     copy and set the fence key back to p, its value before the grant (0:
+--                     delete it), the floor untouched. Anywhere else, exactly "fold". Why it
+--                     is safe: src/lock/mod.rs ("An undone round"). Why: a holder's copy on a
+--                     node that missed its grant is re-created by its extensions only while
+--                     that node's fence is at most the holder's token (lock_extend.lua), which
+--                     a losing token folded into the floor is not, for good.
+-- ARGV[4]  (mode "collect") expected marker, or "*" (test-only); (mode "undo") the round's
+--          token.
 --
 -- Returns  1 if the key held ARGV[1] and was deleted (waiters are notified), or ("collect")
---          if the fence was folded; 0 otherwise (someone else's lock is never touched; for a
+--          if the fence was folded; 2 ("undo") if the grant was rolled back (the copy deleted,
+--          waiters notified); 0 otherwise (someone else's lock is never touched; for a
 --          collect: no fence, or a key at KEYS[1]); -1 (collect only) marker missing or stale.
--- No marker check for "fold" and "keep": deleting one's own copy, and folding its fence into
--- a floor no lower than it, is safe on any node, verified or not. A collect is checked: a node
--- under repair (unmarked) may have been given a fence that its restore of a lease copy must
--- still read (restore.lua reads the fence key, not the floor).
+-- No marker check for "fold", "keep" and "undo": deleting one's own copy, and folding its
+-- fence into a floor no lower than it, is safe on any node, verified or not; a rollback needs
+-- none either (its p and its token compared with the fence key say that nothing happened to
+-- the lock on this node since the grant; a node that lost the grant has no p: see
+-- src/lock/mod.rs). A collect is checked: a node under repair (unmarked) may have been given a
+-- fence that its restore of a lease copy must still read (restore.lua reads the fence key,
+-- not the floor).
 local mode = ARGV[3] or 'fold'
+if mode == 'undo' then
+  local token = rq_arg(ARGV[4], 'lock_release undo token')
+  local cur = redis.call('HMGET', KEYS[1], 'v', 'n', 'p')
+  if cur[1] ~= ARGV[1] then
+    return 0
+  end
+  if cur[3] and rq_stored(cur[2], KEYS[1] .. ' n') == 1
+      and rq_stored(redis.call('GET', KEYS[2]), KEYS[2]) == token then
+    local before = rq_stored(cur[3], KEYS[1] .. ' p')
+    -- The copy's DEL first (a node over maxmemory refuses a script by its first write; DEL
+    -- frees memory), then the fence key: a refused second write leaves the fence at the
+    -- token, higher, which is safe (it is then as if folded, without the floor).
+    redis.call('DEL', KEYS[1])
+    if before == 0 then
+      redis.call('DEL', KEYS[2])
+    elseif before < token then
+      redis.call('SET', KEYS[2], cur[3])
+    end
+    redis.call('PUBLISH', ARGV[2], '1')
+    return 2
+  end
+  mode = 'fold'
+end
 if mode == 'collect' then
   if ARGV[4] ~= '*' and redis.call('GET', KEYS[4]) ~= ARGV[4] then
     return -1

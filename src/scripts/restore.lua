@@ -11,7 +11,8 @@
 --          again (unused).
 -- ARGV[1]  the repairer's claim nonce.
 -- ARGV[2]  mode:
---          "lease"  KEYS[2] is a lock key (hash v, n, t, see lock_acquire.lua); ARGV[3..6] are
+--          "lease"  KEYS[2] is a lock key (hash v, n, t, see lock_acquire.lua; a copy written
+--                   here has no field p, so no round's undo rolls it back); ARGV[3..6] are
 --                   its value, version, ttl ms and token; ARGV[7] the holder text of a blocker.
 --                   Nothing is written if the node has a key. If its fence (already raised,
 --                   perhaps from another page read earlier) is at most the token, the copy is
