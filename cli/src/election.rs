@@ -12,6 +12,7 @@ use redquorum::{Client, Election, Leadership};
 
 use crate::checks::{default_id, parse_duration};
 use crate::child;
+use crate::failure;
 use crate::metrics::MetricsArgs;
 use crate::output::{self, Format};
 
@@ -181,6 +182,9 @@ enum Elected {
     Won(Election, Leadership),
     /// --wait elapsed first (said on stderr).
     NotInTime,
+    /// --wait elapsed before the takeover of a leader's lease that looks abandoned (said on
+    /// stderr, with when it can be taken over).
+    LooksAbandoned,
     /// SIGINT or SIGTERM (130 or 143).
     Stopped(u8),
 }
@@ -194,18 +198,25 @@ async fn elect(
 ) -> Result<Elected, redquorum::Error> {
     let candidate = candidacy.candidate.clone().unwrap_or_else(default_id);
     let election = Election::new(client, name, candidacy.ttl, &candidate)?;
-    let wait = async {
+    let campaign = async {
         match candidacy.wait {
-            Some(w) => tokio::time::sleep(w).await,
-            None => std::future::pending::<()>().await,
+            Some(wait) => election.campaign_for(wait).await,
+            None => election.campaign().await,
         }
     };
     tokio::select! {
-        won = election.campaign() => Ok(Elected::Won(election.clone(), won?)),
-        () = wait => {
-            eprintln!("redquorum: not elected in {name:?} within the --wait time");
-            Ok(Elected::NotInTime)
-        }
+        won = campaign => match won {
+            Ok(leadership) => Ok(Elected::Won(election.clone(), leadership)),
+            Err(redquorum::Error::Timeout { .. }) => {
+                eprintln!("redquorum: not elected in {name:?} within the --wait time");
+                Ok(Elected::NotInTime)
+            }
+            Err(e @ redquorum::Error::LockLooksAbandoned { .. }) => {
+                eprintln!("redquorum: not elected in {name:?} within the --wait time: {e}");
+                Ok(Elected::LooksAbandoned)
+            }
+            Err(e) => Err(e),
+        },
         code = stop => Ok(Elected::Stopped(code)),
     }
 }
@@ -221,6 +232,7 @@ async fn campaign(
     let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
+        Elected::LooksAbandoned => return Ok(ExitCode::from(failure::LOOKS_ABANDONED)),
         Elected::Stopped(_) => return Ok(ExitCode::SUCCESS),
     };
     let info = redquorum::LeaderInfo::new(election.candidate(), leadership.term(), candidacy.ttl);
@@ -249,6 +261,7 @@ async fn run_elected(
     let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
+        Elected::LooksAbandoned => return Ok(ExitCode::from(failure::LOOKS_ABANDONED)),
         Elected::Stopped(code) => return Ok(ExitCode::from(code)),
     };
 

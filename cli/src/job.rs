@@ -153,6 +153,10 @@ async fn begin(
 ) -> Result<Result<PeriodRun, ExitCode>, Failure> {
     let settle = client.config().node_timeout();
     let started = match child::unless_stopped(job.begin_period(period, wait), stop, settle).await {
+        Ok(Err(e @ redquorum::Error::LockLooksAbandoned { .. })) => {
+            eprintln!("redquorum: job {name:?}, period {period:?}: not run: {e}");
+            return Ok(Err(ExitCode::from(crate::failure::LOOKS_ABANDONED)));
+        }
         Ok(started) => started?,
         Err(code) => {
             eprintln!(

@@ -144,6 +144,12 @@ async fn lock_run(
             eprintln!("redquorum: lock {name:?} not acquired: {e}");
             return Ok(ExitCode::from(3));
         }
+        // The wait ended before the takeover of a lease whose holder looks gone: exit 5,
+        // saying when it can be taken.
+        Err(e @ redquorum::Error::LockLooksAbandoned { .. }) => {
+            eprintln!("redquorum: lock {name:?} not acquired: {e}");
+            return Ok(ExitCode::from(crate::failure::LOOKS_ABANDONED));
+        }
         Err(e) => return Err(e),
     };
     let env = [
