@@ -34,7 +34,9 @@ pub(crate) enum ElectionCommand {
     },
     /// Campaign in election NAME, wait to be elected, print `leader=<candidate> term=<t>`,
     /// and stay leader until SIGINT/SIGTERM (resign; exit 0, also while still campaigning). Like `etcdctl elect NAME
-    /// PROPOSAL`. Exit 4 if leadership is lost, 3 if --wait elapsed first.
+    /// PROPOSAL`. Exit 4 if leadership is lost, 3 if --wait elapsed first, 5 if it elapsed
+    /// before the takeover of a crashed leader's lease that looks abandoned (said with when it
+    /// can be taken over).
     Campaign {
         /// The election name.
         name: String,
@@ -51,7 +53,8 @@ pub(crate) enum ElectionCommand {
     /// show). The child gets REDQUORUM_FENCING_TOKEN (the term), REDQUORUM_LOCK_NAME (NAME) and
     /// REDQUORUM_CANDIDATE. If leadership is lost, the child's whole process group gets
     /// SIGTERM, then SIGKILL once the remaining validity is used up. Exit code: the child's
-    /// (128+signal if it was killed by one); 3 if --wait elapsed before it was elected; 4 if
+    /// (128+signal if it was killed by one); 3 if --wait elapsed before it was elected (5 if
+    /// it elapsed before the takeover of a crashed leader's lease that looks abandoned); 4 if
     /// leadership was lost; 130/143 on SIGINT/SIGTERM; 2 on errors.
     Run {
         /// The election name.
@@ -75,8 +78,8 @@ pub(crate) struct Candidacy {
     /// The leader's lease time; extended automatically every TTL/3.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     ttl: Duration,
-    /// Give up (exit 3) if not elected within this time (default: wait for as long as it
-    /// takes).
+    /// Give up (exit 3, or 5 if the leader's lease looks abandoned but cannot be taken over
+    /// yet) if not elected within this time (default: wait for as long as it takes).
     #[arg(long, value_parser = parse_duration)]
     wait: Option<Duration>,
 }

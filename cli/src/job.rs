@@ -31,13 +31,15 @@ pub(crate) enum JobCommand {
     /// records P (with the run's token, on a majority); a non-zero exit, a signal, a lost lease
     /// or our own SIGINT/SIGTERM record nothing, and the next `job run` for P, on any host,
     /// runs CMD again. A run that crashed (kill -9, a host down) leaves the lease to the next
-    /// one-shot run after its TTL plus drift. Not guaranteed: a run whose lease was lost may
+    /// one-shot run after its TTL plus drift (whatever that run's own --ttl). Not guaranteed: a run whose lease was lost may
     /// still be finishing when another host starts P (write with the token, or make CMD
     /// idempotent).
     ///
     /// Exit code: CMD's own (128+N if signal N ended it); 0 with `already done: period P of
     /// job NAME by token T` on stdout when P was recorded already (by the run with token T);
-    /// 3 when another host holds the job's lease (CMD not run); 4 if the lease was lost;
+    /// 3 when another host holds the job's lease (CMD not run); 5 when the wait ended before
+    /// the takeover of a lease that looks abandoned (CMD not run; the message says when it can
+    /// be taken over); 4 if the lease was lost;
     /// 130/143 on SIGINT/SIGTERM; 2 on errors, also when CMD exited 0 but the record did not
     /// reach a majority (P may run again), and when the nodes granted the lease too late to
     /// leave half its TTL (nobody holds it: CMD not run, the next run retries).
