@@ -310,6 +310,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lease_that_looks_abandoned_is_a_503_with_when_it_can_be_taken_not_a_409_held() {
+        let e = redquorum::Error::LockLooksAbandoned {
+            name: "nightly".into(),
+            ttl: Duration::from_secs(30),
+            quiet_for: Duration::from_secs(20),
+            takeover_in: Duration::from_millis(10_301),
+        };
+        let answer = ApiError::from_lib(e, None);
+        assert_eq!(
+            (answer.status, answer.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "looks_abandoned")
+        );
+        let response = answer.into_response();
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER).unwrap(),
+            "11",
+            "whole seconds, rounded up"
+        );
+        let held = ApiError::from_lib(redquorum::Error::LockHeld { name: "n".into() }, None);
+        assert_eq!((held.status, held.code), (StatusCode::CONFLICT, "held"));
+        assert!(held.takeover_in.is_none());
+    }
+
+    #[test]
     fn a_query_refuses_unknown_and_repeated_parameters_and_names_them() {
         let e = Query::parse(Some("count=2&cuont=3"), &["count"]).unwrap_err();
         assert_eq!(e.field, Some("query"));
