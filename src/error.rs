@@ -42,6 +42,44 @@ pub enum Error {
         /// The lock.
         name: String,
     },
+    /// The lock's lease looks abandoned, but the caller's limit ended before it could be
+    /// taken over: a [`Lock::acquire`](crate::Lock::acquire) (or a campaign, or
+    /// [`PeriodicJob::begin_period`](crate::PeriodicJob::begin_period)) whose `wait` is
+    /// shorter than what the takeover needs, or a one-shot
+    /// [`Lock::try_acquire`](crate::Lock::try_acquire) whose watch reached its bound while
+    /// the lease kept changing on too few nodes to show a live holder.
+    ///
+    /// Said only when this caller read the lease on a majority, held by one value, unchanged
+    /// on them for at least half the lease's own (stored) TTL `ttl` (a live holder that
+    /// reaches a majority extends every third of it), and a takeover round could not go yet.
+    /// A lease that changed within that span (its holder is alive), or that this caller
+    /// watched for less, is [`LockHeld`](Error::LockHeld) or [`Timeout`](Error::Timeout)
+    /// as before. Nothing is held: every round of the attempt was released.
+    ///
+    /// Not guaranteed: that the holder is dead (a frozen or cut-off one may come back, and
+    /// its next extension restarts the watch), nor that a caller that comes back after
+    /// `takeover_in` takes it over: a fresh handle watches the lease from its own first
+    /// reading, for the stored TTL plus drift. A one-shot
+    /// [`try_acquire`](crate::Lock::try_acquire) does that watch itself; an acquire whose
+    /// `wait` is longer than the stored TTL plus drift (and a poll) does too. Retryable.
+    #[error(
+        "lock {name:?} looks abandoned: its lease stayed unchanged for {} of its {} TTL (a \
+         live holder extends every third of it); it can be taken over in {} if it stays so \
+         (a one-shot try, or a wait longer than {}, takes it over)",
+        readable(*quiet_for), readable(*ttl), readable(*takeover_in),
+        readable(crate::lease::watch_window(*ttl))
+    )]
+    LockLooksAbandoned {
+        /// The lock.
+        name: String,
+        /// The lease's own lease time, as the nodes store it (its holder's TTL).
+        ttl: std::time::Duration,
+        /// For how long this caller saw the lease unchanged on a majority.
+        quiet_for: std::time::Duration,
+        /// How long from the error until a takeover round can go, if the lease stays
+        /// unchanged (for this caller's handle; a fresh one watches the whole window).
+        takeover_in: std::time::Duration,
+    },
     /// Waiting for a lock (or leadership) reached its deadline.
     #[error("{op}: still not acquired after waiting {waited:?}")]
     Timeout {
@@ -110,6 +148,7 @@ impl Error {
             | Error::Exhausted { .. } => false,
             Error::Contended { .. } | Error::Unfinished { .. } | Error::Internal(_) => true,
             Error::LockHeld { .. }
+            | Error::LockLooksAbandoned { .. }
             | Error::Timeout { .. }
             | Error::TooSlow { .. }
             | Error::LeaseLost { .. } => false,
@@ -124,6 +163,7 @@ impl Error {
             Error::NoQuorum(_)
             | Error::Contended { .. }
             | Error::LockHeld { .. }
+            | Error::LockLooksAbandoned { .. }
             | Error::Timeout { .. }
             | Error::TooSlow { .. }
             | Error::Unfinished { .. } => true,
@@ -134,6 +174,15 @@ impl Error {
             | Error::Exhausted { .. }
             | Error::Internal(_) => false,
         }
+    }
+}
+
+/// A duration as a person reads it: milliseconds under ten seconds, else tenths of seconds.
+fn readable(d: std::time::Duration) -> String {
+    if d < std::time::Duration::from_secs(10) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 

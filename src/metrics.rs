@@ -76,7 +76,7 @@ pub(crate) const REPAIRS: &str = "redquorum_repairs_total";
 /// | `redquorum_node_request_seconds` | histogram | `node` | per node that answered (any reply, or an error reply), the time from the fan-out's start to its answer. |
 /// | `redquorum_id_rounds_total` | counter | `path` | once per ID round: `write` (a proposal round), `spare` (IDs from the spare block, validated by a majority read), `spare_invalid` (the validating read failed; the spare becomes a gap and a write round follows). |
 /// | `redquorum_id_batch_size` | histogram | | once per group-committed ID call: how many IDs it serves (every waiting caller's, summed). |
-/// | `redquorum_lease_acquisitions_total` | counter | `outcome` | once per acquisition attempt that ends (`Lock::try_acquire`; `Lock::acquire` and campaigns make one per try; an attempt its caller dropped is not counted): `granted`, `held` (another holder has it), `no_quorum`, `timeout` (answers too slow to leave enough validity), `contended`, `error`. |
+/// | `redquorum_lease_acquisitions_total` | counter | `outcome` | once per acquisition attempt that ends (`Lock::try_acquire`; `Lock::acquire` and campaigns make one per try; an attempt its caller dropped is not counted): `granted`, `held` (another holder has it), `looks_abandoned` (a lease that stayed unchanged for half its TTL, the caller's limit ended before its takeover), `no_quorum`, `timeout` (answers too slow to leave enough validity), `contended`, `error`. |
 /// | `redquorum_lease_extensions_total` | counter | `outcome` | once per extension of a held lease (the watchdog's or `LockGuard::extend`): `ok`, `conflict` (a majority holds another value: the lease is lost), `no_quorum` (retried until the deadline), `late` (a majority applied it after the loss was signalled: it does not revive the lease). |
 /// | `redquorum_lease_losses_total` | counter | `reason` | once per lease whose loss is signalled, by [`LossReason`]: `conflict`, `no_quorum`, `expired`, `hold_bound_reached`. A release (`released`) is not a loss and is not counted. |
 /// | `redquorum_leadership_changes_total` | counter | `event` | this process's leaderships (`Election::campaign` / `try_campaign`, and a group's or pool's leader lease): `won` when a campaign wins; `lost` when the leadership's lease is lost; `resigned` when it is released (`Leadership::resign`, dropped, a member leaving). Each `won` is followed by exactly one `lost` or `resigned`. |
@@ -91,7 +91,7 @@ pub fn describe_metrics() {
         (QUORUM_OPERATIONS, "Quorum operations by kind (the operation's name) and outcome (ok, conflict, error, no_quorum)."),
         (NODE_REQUESTS, "Per-node requests of quorum operations by node index and outcome (applied, rejected, timeout, connection_lost, unreachable, excluded, server_error, abandoned)."),
         (ID_ROUNDS, "ID rounds by path (write, spare, spare_invalid)."),
-        (LEASE_ACQUISITIONS, "Lease acquisition attempts by outcome (granted, held, no_quorum, timeout, contended, error)."),
+        (LEASE_ACQUISITIONS, "Lease acquisition attempts by outcome (granted, held, looks_abandoned, no_quorum, timeout, contended, error)."),
         (LEASE_EXTENSIONS, "Lease extensions by outcome (ok, conflict, no_quorum, late)."),
         (LEASE_LOSSES, "Leases lost, by reason (conflict, no_quorum, expired, hold_bound_reached); releases are not counted."),
         (LEADERSHIP_CHANGES, "Leadership changes of this process by event (won, lost, resigned)."),
@@ -233,6 +233,7 @@ pub(crate) fn lease_acquisition<T>(result: &Result<T, Error>) {
     let outcome = match result {
         Ok(_) => "granted",
         Err(Error::LockHeld { .. }) => "held",
+        Err(Error::LockLooksAbandoned { .. }) => "looks_abandoned",
         Err(Error::NoQuorum(_)) => "no_quorum",
         // `timeout` names an attempt's answers too slow to leave enough validity.
         Err(Error::Timeout { .. } | Error::TooSlow { .. }) => "timeout",

@@ -97,6 +97,38 @@ async fn a_crashed_leaders_successor_takes_over_within_the_ttl_plus_one_retry_de
     std::mem::drop(lead_a);
 }
 
+/// A leader with a 2 s lease crashes. A candidate with a 300 ms lease that campaigns for 1.5 s
+/// (`election run --wait 1.5s`) is told the leader's lease looks abandoned and when it can be
+/// taken, not that a live leader has it; one that campaigns for 4 s takes it over after the
+/// leader's TTL, not its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_campaign_against_a_crashed_leader_hears_its_lease_looks_abandoned() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let ttl = Duration::from_secs(2);
+    let short = Duration::from_millis(300);
+    let a = Election::new(&client(cluster.urls()).await, "bounded", ttl, "a").unwrap();
+    let lead_a = a.campaign().await.unwrap();
+    lead_a.guard().suspend_extension_for_tests();
+    let crashed_at = Instant::now();
+
+    let b = Election::new(&client(cluster.urls()).await, "bounded", short, "b").unwrap();
+    let said = b.campaign_for(Duration::from_millis(1500)).await;
+    assert!(
+        matches!(&said, Err(redquorum::Error::LockLooksAbandoned { ttl: t, .. }) if *t == ttl),
+        "a campaign that ends before the takeover says the leader's lease looks abandoned: {said:?}"
+    );
+    let c = Election::new(&client(cluster.urls()).await, "bounded", short, "c").unwrap();
+    let lead_c = c
+        .campaign_for(Duration::from_secs(4))
+        .await
+        .expect("a long enough campaign takes the crashed leader's lease over");
+    let took = crashed_at.elapsed();
+    assert!(took >= ttl, "not before the leader's TTL: {}", ms(took));
+    assert!(lead_c.term() > lead_a.term());
+    std::mem::drop(lead_a);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daily_job_runs_once_per_period_across_instances_and_failovers() {
     init_tracing();

@@ -842,6 +842,105 @@ async fn a_one_shot_caller_takes_over_a_crashed_holders_lease_and_yields_to_a_li
     assert!(taken.is_held(), "the holder still holds");
 }
 
+/// A holder with a 3 s lease crashes; the callers after it use 500 ms leases (cron's
+/// `job run --ttl 2s` after a `--ttl 30s` run was killed, scaled down). A caller whose wait
+/// (2.3 s) ends before the takeover is told the lease looks abandoned, with the holder's TTL
+/// and when it can be taken, not that a live holder has it. A one-shot caller watches the
+/// lease for the holder's TTL plus drift, not its own, and takes it over (its operation
+/// timeout is 1 s, so the earlier bound, twice its own window plus that, gave up after about
+/// 2 s with `LockHeld`, for good). A live holder is still a timeout for a short wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_caller_outwaits_a_longer_crashed_lease_and_a_short_wait_hears_it_looks_abandoned(
+) {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let stored = Duration::from_secs(3);
+    let short = Duration::from_millis(500);
+    let first = crashed_holder(&cluster, "nightly", stored).await;
+
+    // A wait shorter than the takeover needs: the lease looks abandoned, not held.
+    let waiter = client(cluster.urls()).await;
+    let lock = Lock::new(&waiter, "nightly", short).unwrap();
+    let said = lock.acquire(Duration::from_millis(2300)).await;
+    println!("a 2.3 s wait after the crash: {said:?}");
+    let Err(Error::LockLooksAbandoned {
+        ttl,
+        quiet_for,
+        takeover_in,
+        ..
+    }) = said
+    else {
+        panic!("a wait that ends before the takeover of a quiet lease must say it looks abandoned, not held: {said:?}");
+    };
+    assert_eq!(
+        ttl, stored,
+        "the error names the holder's TTL, not the caller's"
+    );
+    assert!(
+        quiet_for >= stored / 2 && quiet_for <= Duration::from_millis(2800),
+        "unchanged for at least half its TTL, within the wait (and its last round): {quiet_for:?}"
+    );
+    // The quiet span runs between readings; the takeover instant is counted from the end of
+    // the wait, a poll later at most.
+    assert!(
+        takeover_in > Duration::ZERO
+            && takeover_in < stored / 2 + Duration::from_millis(100)
+            && quiet_for + takeover_in + Duration::from_millis(300) >= stored,
+        "it can be taken once the TTL plus drift has passed unchanged: in {}",
+        ms(takeover_in)
+    );
+    let message = said.unwrap_err().to_string();
+    assert!(
+        message.contains("looks abandoned") && message.contains("can be taken over in"),
+        "the message says so: {message}"
+    );
+
+    // A one-shot with its own short TTL, from a fresh process: it outwaits the stored TTL.
+    let config = common::config_from_urls(cluster.urls())
+        .unwrap()
+        .with_operation_timeout(Duration::from_secs(1));
+    let cron = common::connect(config).await.unwrap();
+    let started = Instant::now();
+    let taken = Lock::new(&cron, "nightly", short)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "a one-shot must outwait the crashed holder's longer lease, after {}: {e}",
+                ms(started.elapsed())
+            )
+        });
+    let took = started.elapsed();
+    println!("the short-lease one-shot took over after {}", ms(took));
+    assert!(taken.token() > first, "the takeover's token follows");
+    assert!(
+        took >= stored,
+        "never before the holder's TTL has passed unchanged: {}",
+        ms(took)
+    );
+    assert!(took < stored * 2, "within about that TTL: {}", ms(took));
+    taken.release().await.unwrap();
+
+    // A live holder (1.5 s, extending every 500 ms) is a timeout for a short wait.
+    let live_client = client(cluster.urls()).await;
+    let live = Lock::new(&live_client, "nightly", Duration::from_millis(1500))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let other = client(cluster.urls()).await;
+    let said = Lock::new(&other, "nightly", short)
+        .unwrap()
+        .acquire(Duration::from_secs(2))
+        .await;
+    assert!(
+        matches!(said, Err(Error::Timeout { .. })),
+        "a live holder never looks abandoned: {said:?}"
+    );
+    assert!(live.is_held(), "and keeps its lease");
+}
+
 /// Cron fires on three hosts at the same minute after the holder crashed. Their one-shot
 /// takeovers reach the dead holder's takeover instant together and can split the nodes (each
 /// compare-and-swap wins one node), so none has a majority and each releases its copy. The

@@ -40,9 +40,12 @@ Exit codes:
            elected within --wait; job run: another host holds the job (command not run)
   4        lock run, election run/campaign, job run: the lease (leadership) was lost; the
            command's process group was stopped
+  5        lock run, election run/campaign, job run: --wait ended before the takeover of a
+           lease that looks abandoned (its holder is probably gone); the message says when
+           it can be taken over (command not run)
   130/143  lock run, election run, job run: stopped by SIGINT/SIGTERM (the command's group too)
   other    lock run, election run, job run: the command's own exit code, 128+N if signal N
-           ended it (a command's own 1-4 cannot be told from the codes above; job run records
+           ended it (a command's own 1-5 cannot be told from the codes above; job run records
            the period only on 0)"
     };
 }

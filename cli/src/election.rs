@@ -12,6 +12,7 @@ use redquorum::{Client, Election, Leadership};
 
 use crate::checks::{default_id, parse_duration};
 use crate::child;
+use crate::failure;
 use crate::metrics::MetricsArgs;
 use crate::output::{self, Format};
 
@@ -33,7 +34,9 @@ pub(crate) enum ElectionCommand {
     },
     /// Campaign in election NAME, wait to be elected, print `leader=<candidate> term=<t>`,
     /// and stay leader until SIGINT/SIGTERM (resign; exit 0, also while still campaigning). Like `etcdctl elect NAME
-    /// PROPOSAL`. Exit 4 if leadership is lost, 3 if --wait elapsed first.
+    /// PROPOSAL`. Exit 4 if leadership is lost, 3 if --wait elapsed first, 5 if it elapsed
+    /// before the takeover of a crashed leader's lease that looks abandoned (said with when it
+    /// can be taken over).
     Campaign {
         /// The election name.
         name: String,
@@ -50,7 +53,8 @@ pub(crate) enum ElectionCommand {
     /// show). The child gets REDQUORUM_FENCING_TOKEN (the term), REDQUORUM_LOCK_NAME (NAME) and
     /// REDQUORUM_CANDIDATE. If leadership is lost, the child's whole process group gets
     /// SIGTERM, then SIGKILL once the remaining validity is used up. Exit code: the child's
-    /// (128+signal if it was killed by one); 3 if --wait elapsed before it was elected; 4 if
+    /// (128+signal if it was killed by one); 3 if --wait elapsed before it was elected (5 if
+    /// it elapsed before the takeover of a crashed leader's lease that looks abandoned); 4 if
     /// leadership was lost; 130/143 on SIGINT/SIGTERM; 2 on errors.
     Run {
         /// The election name.
@@ -74,8 +78,8 @@ pub(crate) struct Candidacy {
     /// The leader's lease time; extended automatically every TTL/3.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     ttl: Duration,
-    /// Give up (exit 3) if not elected within this time (default: wait for as long as it
-    /// takes).
+    /// Give up (exit 3, or 5 if the leader's lease looks abandoned but cannot be taken over
+    /// yet) if not elected within this time (default: wait for as long as it takes).
     #[arg(long, value_parser = parse_duration)]
     wait: Option<Duration>,
 }
@@ -181,6 +185,9 @@ enum Elected {
     Won(Election, Leadership),
     /// --wait elapsed first (said on stderr).
     NotInTime,
+    /// --wait elapsed before the takeover of a leader's lease that looks abandoned (said on
+    /// stderr, with when it can be taken over).
+    LooksAbandoned,
     /// SIGINT or SIGTERM (130 or 143).
     Stopped(u8),
 }
@@ -194,18 +201,25 @@ async fn elect(
 ) -> Result<Elected, redquorum::Error> {
     let candidate = candidacy.candidate.clone().unwrap_or_else(default_id);
     let election = Election::new(client, name, candidacy.ttl, &candidate)?;
-    let wait = async {
+    let campaign = async {
         match candidacy.wait {
-            Some(w) => tokio::time::sleep(w).await,
-            None => std::future::pending::<()>().await,
+            Some(wait) => election.campaign_for(wait).await,
+            None => election.campaign().await,
         }
     };
     tokio::select! {
-        won = election.campaign() => Ok(Elected::Won(election.clone(), won?)),
-        () = wait => {
-            eprintln!("redquorum: not elected in {name:?} within the --wait time");
-            Ok(Elected::NotInTime)
-        }
+        won = campaign => match won {
+            Ok(leadership) => Ok(Elected::Won(election.clone(), leadership)),
+            Err(redquorum::Error::Timeout { .. }) => {
+                eprintln!("redquorum: not elected in {name:?} within the --wait time");
+                Ok(Elected::NotInTime)
+            }
+            Err(e @ redquorum::Error::LockLooksAbandoned { .. }) => {
+                eprintln!("redquorum: not elected in {name:?} within the --wait time: {e}");
+                Ok(Elected::LooksAbandoned)
+            }
+            Err(e) => Err(e),
+        },
         code = stop => Ok(Elected::Stopped(code)),
     }
 }
@@ -221,6 +235,7 @@ async fn campaign(
     let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
+        Elected::LooksAbandoned => return Ok(ExitCode::from(failure::LOOKS_ABANDONED)),
         Elected::Stopped(_) => return Ok(ExitCode::SUCCESS),
     };
     let info = redquorum::LeaderInfo::new(election.candidate(), leadership.term(), candidacy.ttl);
@@ -249,6 +264,7 @@ async fn run_elected(
     let (election, leadership) = match elect(client, name, candidacy, &mut stop).await? {
         Elected::Won(e, l) => (e, l),
         Elected::NotInTime => return Ok(ExitCode::from(3)),
+        Elected::LooksAbandoned => return Ok(ExitCode::from(failure::LOOKS_ABANDONED)),
         Elected::Stopped(code) => return Ok(ExitCode::from(code)),
     };
 

@@ -5,6 +5,12 @@
 
 use redquorum::ConfigError;
 
+/// The exit code of `lock run`, `job run` and `election run`/`campaign` when the wait ended
+/// before the takeover of a lease that looks abandoned (`Error::LockLooksAbandoned`: its
+/// holder is probably gone; the message says when it can be taken over). Not 3: nobody was
+/// seen alive holding it.
+pub(crate) const LOOKS_ABANDONED: u8 = 5;
+
 /// A failure of the command, as printed (`redquorum: ...`, exit 2).
 #[derive(Debug)]
 pub(crate) struct Failure(pub(crate) String);

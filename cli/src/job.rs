@@ -31,15 +31,16 @@ pub(crate) enum JobCommand {
     /// records P (with the run's token, on a majority); a non-zero exit, a signal, a lost lease
     /// or our own SIGINT/SIGTERM record nothing, and the next `job run` for P, on any host,
     /// runs CMD again. A run that crashed (kill -9, a host down) leaves the lease to the next
-    /// one-shot run after its TTL plus drift. Not guaranteed: a run whose lease was lost may
+    /// one-shot run after its TTL plus drift (whatever that run's own --ttl). Not guaranteed: a run whose lease was lost may
     /// still be finishing when another host starts P (write with the token, or make CMD
     /// idempotent).
     ///
     /// Exit code: CMD's own (128+N if signal N ended it); 0 with `already done: period P of
     /// job NAME by token T` on stdout when P was recorded already (by the run with token T);
-    /// 3 when another host holds the job's lease (CMD not run); 4 if the lease was lost (also
-    /// after CMD exited 0, when the lease was lost before the record counted: a record counts
-    /// only while the lease holds);
+    /// 3 when another host holds the job's lease (CMD not run); 5 when the wait ended before
+    /// the takeover of a lease that looks abandoned (CMD not run; the message says when it can
+    /// be taken over); 4 if the lease was lost (also after CMD exited 0, when the lease was lost
+    /// before the record counted: a record counts only while the lease holds);
     /// 130/143 on SIGINT/SIGTERM; 2 on errors, also when CMD exited 0 but the record did not
     /// reach a majority (P may run again), and when the nodes granted the lease too late to
     /// leave half its TTL (nobody holds it: CMD not run, the next run retries).
@@ -165,6 +166,10 @@ async fn begin(
 ) -> Result<Result<PeriodRun, ExitCode>, Failure> {
     let settle = client.config().node_timeout();
     let started = match child::unless_stopped(job.begin_period(period, wait), stop, settle).await {
+        Ok(Err(e @ redquorum::Error::LockLooksAbandoned { .. })) => {
+            eprintln!("redquorum: job {name:?}, period {period:?}: not run: {e}");
+            return Ok(Err(ExitCode::from(crate::failure::LOOKS_ABANDONED)));
+        }
         Ok(started) => started?,
         Err(code) => {
             eprintln!(

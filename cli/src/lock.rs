@@ -29,8 +29,11 @@ pub(crate) enum LockCommand {
     /// REDQUORUM_LOCK_NAME; if the lease is lost, the child's whole process group gets SIGTERM,
     /// then SIGKILL once the remaining validity is used up. Exit code: the child's (128+signal if
     /// it was killed by one); 3 if the lock was not acquired (held, or the wait ended while it
-    /// was); 4 if the lease was lost; 2 on errors, also when the nodes granted it too late to
-    /// leave half the TTL (nobody holds it: retry).
+    /// was); 5 if the wait ended before the takeover of a lease that looks abandoned (its
+    /// holder is probably gone: the message says when it can be taken over); 4 if the lease was
+    /// lost; 2 on errors, also when the nodes granted it too late to leave half the TTL (nobody
+    /// holds it: retry). A one-shot try (--wait 0) takes a crashed holder's lease over after
+    /// the holder's TTL plus drift, whatever this run's --ttl.
     Run {
         /// The lock name.
         name: String,
@@ -143,6 +146,12 @@ async fn lock_run(
         ) => {
             eprintln!("redquorum: lock {name:?} not acquired: {e}");
             return Ok(ExitCode::from(3));
+        }
+        // The wait ended before the takeover of a lease whose holder looks gone: exit 5
+        // (nobody was seen alive holding it), saying when it can be taken.
+        Err(e @ redquorum::Error::LockLooksAbandoned { .. }) => {
+            eprintln!("redquorum: lock {name:?} not acquired: {e}");
+            return Ok(ExitCode::from(crate::failure::LOOKS_ABANDONED));
         }
         Err(e) => return Err(e),
     };

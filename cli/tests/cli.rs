@@ -1711,7 +1711,7 @@ async fn completions_and_the_exit_codes_in_help() {
             .split("Exit codes:")
             .nth(1)
             .unwrap_or_else(|| panic!("{flag} lists the exit codes: {help}"));
-        for code in ["0", "1", "2", "3", "4", "130/143", "other"] {
+        for code in ["0", "1", "2", "3", "4", "5", "130/143", "other"] {
             assert!(
                 codes
                     .lines()

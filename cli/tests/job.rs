@@ -450,3 +450,80 @@ async fn with_unfenced_records_a_lapsed_hosts_late_record_skips_the_day() {
          no teeth"
     );
 }
+
+/// The story of issue 43: `job run nightly --ttl 30s` is killed with -9 mid-report; cron's
+/// `job run nightly --ttl 2s --wait 0` then watches the job's lease for the crashed run's
+/// 30 s TTL plus drift (not its own 2 s), takes it over and runs the report. (The earlier
+/// one-shot watch, bounded by the caller's own TTL, exited 3 after about 9 s, "another host
+/// holds the job's lease", on every run, for good.) A run started beside it with `--wait 20s`
+/// ends before the takeover can go: it exits 5, saying the lease looks abandoned and when it
+/// can be taken, not 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_run_one_shot_with_a_short_ttl_outwaits_a_crashed_runs_longer_lease() {
+    let h = Hosts::start().await;
+    let pidfile = h.dir.path().join("report.pid");
+    let sleep = format!("echo $$ > {}; exec sleep 120", pidfile.display());
+    let stored = Duration::from_secs(30);
+
+    let mut crashed = h.spawn("host-a", "2026-11-26", &["--ttl", "30s"], &sleep);
+    until_exists(&pidfile).await;
+    crashed.kill().await.expect("kill -9 host A's run");
+    let started = Instant::now();
+    let cron = h.spawn(
+        "host-b",
+        "2026-11-26",
+        &["--ttl", "2s", "--wait", "0"],
+        "true",
+    );
+    let waiting = h.spawn(
+        "host-c",
+        "2026-11-26",
+        &["--ttl", "2s", "--wait", "20s"],
+        "true",
+    );
+
+    let c = Ran::of(waiting.wait_with_output().await.unwrap());
+    println!("the 20 s wait ended after {:?}: {c:?}", started.elapsed());
+    assert_eq!(
+        c.code,
+        Some(5),
+        "a wait that ends before the takeover exits 5, not 3 (held): {c:?}"
+    );
+    assert!(
+        c.stderr.contains("looks abandoned") && c.stderr.contains("can be taken over in"),
+        "it says the lease looks abandoned and when it can be taken: {c:?}"
+    );
+
+    let b = Ran::of(cron.wait_with_output().await.unwrap());
+    let took = started.elapsed();
+    println!("the one-shot cron run exited {:?} after {took:?}", b.code);
+    // The crashed run's report (its own process group) may outlive it: stop it.
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(
+        b.code,
+        Some(0),
+        "the one-shot run takes the crashed run's lease over and runs the report: {b:?}"
+    );
+    assert_eq!(
+        h.hosts_that_ran(),
+        ["host-a", "host-b"],
+        "host C ran nothing"
+    );
+    assert!(h.token(1) > h.token(0), "the takeover's token follows");
+    assert!(
+        took >= stored,
+        "never before the crashed run's 30 s TTL passed unchanged: {took:?}"
+    );
+    assert!(
+        took < stored + Duration::from_secs(15),
+        "within about that TTL plus drift: {took:?}"
+    );
+}

@@ -210,9 +210,46 @@ impl Election {
                     Error::Timeout { .. }
                     | Error::TooSlow { .. }
                     | Error::LockHeld { .. }
+                    | Error::LockLooksAbandoned { .. }
                     | Error::Contended { .. }
                     | Error::NoQuorum(_),
                 ) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Wait up to `wait` to become the leader, as [`campaign`](Self::campaign) does (outages
+    /// and contention are retried), then give up. A leader that crashed is outwaited (its
+    /// lease taken over after its own TTL plus drift) when `wait` is long enough.
+    ///
+    /// # Errors
+    /// [`Error::LockLooksAbandoned`] when `wait` ended before the takeover of a leader's lease
+    /// that stayed unchanged for at least half its TTL (the leader is probably gone; the error
+    /// says when its lease can be taken over); [`Error::Timeout`] when it ended otherwise
+    /// (a live leader, or an outage); invalid input at once.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as [`campaign`](Self::campaign).
+    pub async fn campaign_for(&self, wait: Duration) -> Result<Leadership, Error> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // A zero wait would be a one-shot try: the deadline is the caller's.
+            match self.lock.acquire(left.max(Duration::from_millis(1))).await {
+                Ok(guard) => return Ok(Leadership::won(guard)),
+                Err(e @ Error::LockLooksAbandoned { .. }) => return Err(e),
+                Err(Error::TooSlow { .. } | Error::Contended { .. } | Error::NoQuorum(_))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    continue
+                }
+                Err(e) if e.is_retryable() || matches!(e, Error::Timeout { .. }) => {
+                    return Err(Error::Timeout {
+                        op: "election.campaign",
+                        waited: wait,
+                    })
+                }
                 Err(e) => return Err(e),
             }
         }

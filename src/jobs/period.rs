@@ -318,7 +318,9 @@ impl PeriodicJob {
     /// cron caller that took them for "another host runs it" would skip the period on every
     /// host while the nodes are slow); invalid input (the period's name: 1 to 512 bytes, no
     /// control characters). A lease held by another instance (or a `wait` that ended while it
-    /// was held) is [`PeriodStart::NotLeader`], not an error.
+    /// was held) is [`PeriodStart::NotLeader`], not an error; but a `wait` that ended before
+    /// the takeover of a lease that looks abandoned (its holder crashed) is
+    /// [`Error::LockLooksAbandoned`], which says when it can be taken over.
     ///
     /// # Cancel safety
     /// Cancel-safe: a lease won by a dropped call is released in the background; nothing is

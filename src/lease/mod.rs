@@ -13,7 +13,11 @@
 //! 3. A watcher may treat the lease as over only after a majority showed one state unchanged
 //!    for `ttl + drift` (`watch_window`, `quiet_for`) from the receipt of the first reply that
 //!    showed it; `plan_with` then says whether an acquisition goes at once (no key on a majority),
-//!    swaps the watched state, or waits.
+//!    swaps the watched state, or waits. The window is the lease's own (stored) TTL's, never
+//!    the watcher's: a one-shot watch is bounded by `one_shot_watch`, twice the window of the
+//!    longest TTL it knows; a caller whose own limit ends first is told, by `quiet_lease`,
+//!    that the lease looks abandoned (unchanged on a majority for half its TTL, where a live
+//!    holder extends every third of it) and when a takeover can go.
 //! 4. `judge_extension` says what an extension's tally means; `beats.rs` applies the same watch
 //!    to a group's beats (a member is gone only after its beat stayed unchanged).
 //!
@@ -49,7 +53,7 @@
 //!
 //! # Files
 //! - `mod.rs`: drift and validity, [`Watch`], the acquisition plan (`plan_with`), `quiet_for`,
-//!   `judge_extension`, [`LossReason`].
+//!   `one_shot_watch`, `quiet_lease`, `judge_extension`, [`LossReason`].
 //! - `beats.rs`: the leader's watch over a group's beats (`Beats`).
 
 use std::fmt;
@@ -135,6 +139,99 @@ pub(crate) fn quiet_for(watch: &Watch<KeyState>, value: &str, needed: usize) -> 
         .collect();
     spans.sort_unstable_by(|a, b| b.cmp(a));
     spans.get(needed.checked_sub(1)?).copied()
+}
+
+/// How long a one-shot acquisition (`Lock::try_acquire`) may watch a held lease before it
+/// gives up: twice the watch window of the longest lease time it knows of, its own `ttl` or
+/// one a node stores for the lease it holds (`longest_ttl`), so a lease abandoned by a holder
+/// with a longer TTL than the caller's is outwaited and taken over, whatever the caller's
+/// own TTL. Twice: the watch of a node starts again when its state changes (a contender's
+/// copy that came and went), and the first reading may come late.
+pub(crate) fn one_shot_watch(ttl: Duration, watch: &Watch<KeyState>) -> Duration {
+    watch_window(ttl.max(longest_ttl(watch))) * 2
+}
+
+/// The longest lease time among the held states `watch` shows now (zero when none).
+pub(crate) fn longest_ttl(watch: &Watch<KeyState>) -> Duration {
+    (0..watch.len())
+        .filter_map(|i| match watch.get(i) {
+            Some((
+                Seen {
+                    state: KeyState::Held { ttl, .. },
+                    ..
+                },
+                _,
+            )) => Some(*ttl),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// A lease that looks abandoned to a caller whose own limit ended before it could be taken
+/// over (see [`quiet_lease`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QuietLease {
+    /// The lease's own (stored) lease time.
+    pub(crate) ttl: Duration,
+    /// For how long a majority showed it unchanged (see [`quiet_for`]).
+    pub(crate) quiet_for: Duration,
+    /// The earliest instant a takeover round can go, if it stays unchanged.
+    pub(crate) ready_at: Instant,
+}
+
+/// Whether the lease a majority holds looks abandoned to a caller whose limit ends at `now`
+/// before a takeover could go: one value held on `needed` nodes of the watch, shown unchanged
+/// there for at least half its own lease time (a live holder that reaches a majority extends
+/// every third of it, so it changes well within half), and the plan still waiting (a takeover
+/// can go at `ready_at`, after `now`). `None` otherwise: nobody holds it on a majority, the
+/// holder showed it is alive within the last half lease time, this caller watched it too
+/// briefly to tell, or a round could go now.
+pub(crate) fn quiet_lease(
+    watch: &Watch<KeyState>,
+    needed: usize,
+    now: Instant,
+    window_of: fn(Duration) -> Duration,
+) -> Option<QuietLease> {
+    let (value, ttl) = held_by_majority(watch, needed)?;
+    let quiet_for = quiet_for(watch, &value, needed)?;
+    if quiet_for < ttl / 2 {
+        return None;
+    }
+    match plan_with(watch, needed, now, window_of) {
+        Plan::WaitUntil(ready_at) if ready_at > now => Some(QuietLease {
+            ttl,
+            quiet_for,
+            ready_at,
+        }),
+        _ => None,
+    }
+}
+
+/// The value that at least `needed` nodes of `watch` hold now, with the longest lease time
+/// they store for it.
+fn held_by_majority(watch: &Watch<KeyState>, needed: usize) -> Option<(Arc<str>, Duration)> {
+    let held: Vec<(&Arc<str>, Duration)> = (0..watch.len())
+        .filter_map(|i| match watch.get(i) {
+            Some((
+                Seen {
+                    state: KeyState::Held { value, ttl, .. },
+                    ..
+                },
+                _,
+            )) => Some((value, *ttl)),
+            _ => None,
+        })
+        .collect();
+    held.iter().find_map(|(value, _)| {
+        let same: Vec<Duration> = held
+            .iter()
+            .filter(|(v, _)| v == value)
+            .map(|(_, t)| *t)
+            .collect();
+        let ttl = same.iter().max().copied()?;
+        (same.len() >= needed).then(|| ((*value).clone(), ttl))
+    })
 }
 
 /// One node's observed state, tied to the node incarnation that showed it.
@@ -650,6 +747,80 @@ mod tests {
         w.observe(2, seen("r", held("a", 5, 1000)), at(1500));
         assert_eq!(w.span_with_history(2), None);
         assert_eq!(quiet_for(&w, "a", 0), None, "no majority of zero");
+    }
+
+    #[test]
+    fn a_one_shot_watches_for_the_longest_lease_time_it_knows_not_only_its_own() {
+        let t0 = Instant::now();
+        let (two, thirty) = (Duration::from_secs(2), Duration::from_secs(30));
+        let mut w = Watch::new(3);
+        assert_eq!(
+            one_shot_watch(two, &w),
+            watch_window(two) * 2,
+            "nothing seen"
+        );
+        // A crashed holder's 30 s lease on two nodes: a 2 s caller watches for 30 s plus drift.
+        w.observe(0, seen("r0", held("a", 4, 30_000)), t0);
+        w.observe(1, seen("r1", held("a", 4, 30_000)), t0);
+        w.observe(2, seen("r2", KeyState::Absent), t0);
+        assert_eq!(longest_ttl(&w), thirty);
+        assert_eq!(one_shot_watch(two, &w), watch_window(thirty) * 2);
+        assert!(
+            one_shot_watch(two, &w) > watch_window(thirty),
+            "the bound leaves room for the takeover at the end of the stored TTL's window"
+        );
+        // A longer TTL of the caller's own still counts.
+        assert_eq!(one_shot_watch(thirty * 2, &w), watch_window(thirty * 2) * 2);
+    }
+
+    #[test]
+    fn a_lease_looks_abandoned_to_a_short_limit_only_after_half_its_ttl_unchanged() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ttl = Duration::from_millis(30_000);
+        let mut w = Watch::new(3);
+        let read = |w: &mut Watch<KeyState>, version: u64, ms: u64| {
+            for i in 0..2 {
+                w.observe(
+                    i,
+                    seen(&format!("r{i}"), held("a", version, 30_000)),
+                    at(ms),
+                );
+            }
+            w.observe(2, seen("r2", KeyState::Absent), at(ms));
+        };
+        read(&mut w, 4, 0);
+        assert_eq!(quiet_lease(&w, 2, at(0), watch_window), None, "one read");
+        read(&mut w, 4, 14_999);
+        assert_eq!(
+            quiet_lease(&w, 2, at(14_999), watch_window),
+            None,
+            "unchanged for less than half the TTL: a live holder may still extend"
+        );
+        read(&mut w, 4, 15_000);
+        assert_eq!(
+            quiet_lease(&w, 2, at(15_000), watch_window),
+            Some(QuietLease {
+                ttl,
+                quiet_for: Duration::from_millis(15_000),
+                ready_at: t0 + watch_window(ttl),
+            }),
+            "half the stored TTL unchanged: it looks abandoned, and can be taken at the window's end"
+        );
+        // Past the window a round can go now: nothing to tell.
+        read(&mut w, 4, 30_302);
+        assert_eq!(quiet_lease(&w, 2, at(30_302), watch_window), None);
+        // An extension on the majority: alive, the quiet span restarts.
+        read(&mut w, 5, 31_000);
+        read(&mut w, 5, 40_000);
+        assert_eq!(quiet_lease(&w, 2, at(40_000), watch_window), None);
+        // Held on one node only: no majority holder to speak of.
+        let mut lone = Watch::new(3);
+        for ms in [0, 20_000] {
+            lone.observe(0, seen("r0", held("a", 1, 30_000)), at(ms));
+            lone.observe(1, seen("r1", held("b", 1, 30_000)), at(ms));
+        }
+        assert_eq!(quiet_lease(&lone, 2, at(20_000), watch_window), None);
     }
 
     #[allow(clippy::type_complexity)]

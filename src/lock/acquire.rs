@@ -14,15 +14,20 @@ impl Lock {
     /// on a majority; a new value on fewer nodes may be a contender about to release, and is
     /// watched), and the attempt then returns [`Error::LockHeld`] at once (a release lets the
     /// attempt acquire); a lease
-    /// that stays unchanged on a majority for its TTL plus drift, on this client's monotonic
+    /// that stays unchanged on a majority for its own TTL (the one its holder chose, stored
+    /// on the nodes, whatever this handle's TTL) plus drift, on this client's monotonic
     /// clock, was abandoned (its holder crashed), and the attempt takes it over by
     /// compare-and-swap, exactly as a waiting [`acquire`](Self::acquire) would. So it returns
     /// at once when the lock is free, within about one or two of the holder's extension
-    /// intervals when it is held by a live holder, and after the TTL plus drift when the
-    /// holder is gone.
+    /// intervals when it is held by a live holder, and after the holder's TTL plus drift when
+    /// the holder is gone. The watch is bounded by twice that window (of the longer of the
+    /// two TTLs) plus the operation timeout.
     ///
     /// # Errors
-    /// [`Error::LockHeld`] if another holder has it (and showed it is alive); [`Error::NoQuorum`]
+    /// [`Error::LockHeld`] if another holder has it (and showed it is alive);
+    /// [`Error::LockLooksAbandoned`] if the bound was reached while the lease stayed quiet on
+    /// a majority but could not be taken yet (its state kept changing on a minority);
+    /// [`Error::NoQuorum`]
     /// if a majority did not answer; [`Error::TooSlow`] if the nodes answered too slowly to
     /// leave half the TTL of validity; [`Error::Contended`] if every round's token fell behind
     /// concurrent grants of locks sharing its fence floor bucket (retryable). Every failed
@@ -59,7 +64,11 @@ impl Lock {
     /// has passed. `Duration::ZERO` tries once.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when the wait ends with the lock still held; [`Error::NoQuorum`],
+    /// [`Error::LockLooksAbandoned`] when the wait ends before the takeover of a lease that
+    /// stayed unchanged on a majority for at least half its own TTL (its holder is probably
+    /// gone: the error says when it can be taken); [`Error::Timeout`] when the wait ends with
+    /// the lock otherwise still held (its holder showed it is alive, or the wait was too short
+    /// to tell); with `wait` zero, as [`try_acquire`](Self::try_acquire); [`Error::NoQuorum`],
     /// [`Error::TooSlow`] or [`Error::Contended`] when the last attempt lacked a majority,
     /// answered too late or kept falling behind (nobody was seen holding it); invalid input
     /// errors at once.
@@ -91,10 +100,14 @@ impl Lock {
             let now = Instant::now();
             if now >= deadline {
                 return Err(match err {
-                    Error::LockHeld { .. } if !wait.is_zero() => Error::Timeout {
-                        op: "lock.acquire",
-                        waited: now - started,
-                    },
+                    // The wait ended first: a lease that stayed quiet is said to look
+                    // abandoned (with when it can be taken), anything else is a timeout.
+                    Error::LockHeld { .. } if !wait.is_zero() => {
+                        self.looks_abandoned(now).unwrap_or(Error::Timeout {
+                            op: "lock.acquire",
+                            waited: now - started,
+                        })
+                    }
                     other => other,
                 });
             }
@@ -150,13 +163,15 @@ impl Lock {
     /// [`attempt`](Self::attempt), and while the lease is held but quiet, read rounds until
     /// the holder shows it is alive (an extension, or a new holder on a majority: see
     /// [`decide::holder_alive`]) or the window ends (the next attempt takes it over). Bounded
-    /// by twice the watch window plus an operation timeout.
+    /// by [`lease::one_shot_watch`] (twice the watch window of the longest lease time known:
+    /// this handle's or the one the nodes store for the lease, so a holder with a longer TTL
+    /// than ours is outwaited too) plus an operation timeout; a lease still quiet then is
+    /// said to look abandoned.
     async fn attempt_watching(&self) -> Result<LockGuard, Error> {
         let inner = &self.inner;
         let needed = inner.client.majority().needed();
-        let limit = Instant::now()
-            + lease::watch_window(inner.ttl) * 2
-            + inner.client.config().operation_timeout();
+        let started = Instant::now();
+        let slack = inner.client.config().operation_timeout();
         let poll = (inner.ttl / 8).clamp(Duration::from_millis(10), Duration::from_millis(500));
         let mut held: Vec<Option<Seen<KeyState>>> = vec![None; inner.client.node_urls().len()];
         let mut own: Vec<Arc<str>> = Vec::new();
@@ -166,17 +181,21 @@ impl Lock {
                 return result;
             }
             let now = Instant::now();
-            if now >= limit {
-                return result;
-            }
-            let (plan, seen) = {
+            let (plan, seen, limit) = {
                 let watch = inner.watch();
+                // The bound follows the lease's stored TTL, learnt from the rounds' readings.
+                let limit = started + lease::one_shot_watch(inner.ttl, &watch) + slack;
                 let plan = lease::plan_with(&watch, needed, now, inner.takeover_window);
                 let seen: Vec<Option<Seen<KeyState>>> = (0..watch.len())
                     .map(|i| watch.get(i).map(|(s, _)| s.clone()))
                     .collect();
-                (plan, seen)
+                (plan, seen, limit)
             };
+            if now >= limit {
+                return Err(self.looks_abandoned(now).unwrap_or(Error::LockHeld {
+                    name: inner.name.as_str().to_string(),
+                }));
+            }
             match plan {
                 Plan::WaitUntil(t) => {
                     if decide::holder_alive(&held, &seen, &own, needed) {
@@ -199,6 +218,20 @@ impl Lock {
                 }
             }
         }
+    }
+
+    /// [`Error::LockLooksAbandoned`] for a caller whose limit ends at `now` while the lease a
+    /// majority holds looks abandoned (see [`lease::quiet_lease`]), with when it can be taken.
+    fn looks_abandoned(&self, now: Instant) -> Option<Error> {
+        let inner = &self.inner;
+        let needed = inner.client.majority().needed();
+        let quiet = lease::quiet_lease(&inner.watch(), needed, now, inner.takeover_window)?;
+        Some(Error::LockLooksAbandoned {
+            name: inner.name.as_str().to_string(),
+            ttl: quiet.ttl,
+            quiet_for: quiet.quiet_for,
+            takeover_in: quiet.ready_at.saturating_duration_since(now),
+        })
     }
 
     /// One attempt: rounds until granted, held, contended or out of time.

@@ -217,9 +217,12 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 ///   resource** ([`FencingToken`], [`fenced_set`](crate::fenced_set)).
 /// - Progress without a majority; fairness between waiters.
 /// - A lease abandoned by a crashed holder is taken over only by a client that watches it for
-///   its TTL: [`Lock::acquire`] with a wait longer than the TTL does that (fail-over within the
-///   TTL plus one poll); [`Lock::try_acquire`] watches a held lease itself until its holder
-///   shows it is alive or the TTL plus drift has passed, then takes an abandoned one over.
+///   its TTL (the holder's, stored on the nodes, not the watcher's): [`Lock::acquire`] with a
+///   wait longer than that TTL does that (fail-over within the TTL plus one poll), and one
+///   whose wait ends first says [`Error::LockLooksAbandoned`] (with when it can be taken) once
+///   it saw the lease unchanged for half that TTL; [`Lock::try_acquire`] watches a held lease
+///   itself until its holder shows it is alive or the holder's TTL plus drift has passed,
+///   then takes an abandoned one over, whatever its own TTL.
 ///   [`Lock::holder`] names such a holder until then; it says the holder looks abandoned
 ///   ([`Holder::looks_abandoned`]) once this handle has watched the lease unchanged for its
 ///   TTL plus drift ([`Lock::holder_watching`] watches).

@@ -16,13 +16,16 @@ pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     /// A stable, machine-readable code: `invalid`, `unauthorized`, `not_found`, `held`,
     /// `timeout`, `no_quorum`, `contended`, `too_slow`, `limit`, `shutting_down`, `exhausted`,
-    /// `lease_lost`, `internal`, `gone`, `not_supported`.
+    /// `lease_lost`, `internal`, `gone`, `not_supported`, `looks_abandoned`.
     pub(crate) code: &'static str,
     pub(crate) message: String,
     /// The query parameter, path segment or body field at fault.
     pub(crate) field: Option<&'static str>,
     /// Whether the operation may have taken effect although it failed.
     pub(crate) outcome_unknown: bool,
+    /// `looks_abandoned`: how long until the lease can be taken over (the error's
+    /// `takeover_in_ms`, and a `Retry-After` header in whole seconds, rounded up).
+    pub(crate) takeover_in: Option<Duration>,
 }
 
 impl ApiError {
@@ -33,6 +36,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             outcome_unknown: false,
+            takeover_in: None,
         }
     }
 
@@ -94,6 +98,8 @@ impl ApiError {
             E::Contended { .. } => (StatusCode::SERVICE_UNAVAILABLE, "contended"),
             E::TooSlow { .. } => (StatusCode::SERVICE_UNAVAILABLE, "too_slow"),
             E::LockHeld { .. } => (StatusCode::CONFLICT, "held"),
+            // Nobody was seen alive holding it: not 409 (held), but "come back then".
+            E::LockLooksAbandoned { .. } => (StatusCode::SERVICE_UNAVAILABLE, "looks_abandoned"),
             E::Timeout { .. } => (StatusCode::CONFLICT, "timeout"),
             E::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
             E::Unfinished { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unfinished"),
@@ -111,6 +117,10 @@ impl ApiError {
             message: e.to_string(),
             field,
             outcome_unknown: unknown,
+            takeover_in: match e {
+                E::LockLooksAbandoned { takeover_in, .. } => Some(takeover_in),
+                _ => None,
+            },
         }
     }
 }
@@ -124,7 +134,16 @@ impl IntoResponse for ApiError {
         if self.outcome_unknown {
             error["outcome_unknown"] = json!(true);
         }
+        if let Some(takeover_in) = self.takeover_in {
+            error["takeover_in_ms"] = json!(takeover_in.as_millis() as u64);
+        }
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
+        if let Some(takeover_in) = self.takeover_in {
+            let seconds = takeover_in.as_millis().div_ceil(1000);
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -289,6 +308,30 @@ pub(crate) fn ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_that_looks_abandoned_is_a_503_with_when_it_can_be_taken_not_a_409_held() {
+        let e = redquorum::Error::LockLooksAbandoned {
+            name: "nightly".into(),
+            ttl: Duration::from_secs(30),
+            quiet_for: Duration::from_secs(20),
+            takeover_in: Duration::from_millis(10_301),
+        };
+        let answer = ApiError::from_lib(e, None);
+        assert_eq!(
+            (answer.status, answer.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "looks_abandoned")
+        );
+        let response = answer.into_response();
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER).unwrap(),
+            "11",
+            "whole seconds, rounded up"
+        );
+        let held = ApiError::from_lib(redquorum::Error::LockHeld { name: "n".into() }, None);
+        assert_eq!((held.status, held.code), (StatusCode::CONFLICT, "held"));
+        assert!(held.takeover_in.is_none());
+    }
 
     #[test]
     fn a_query_refuses_unknown_and_repeated_parameters_and_names_them() {

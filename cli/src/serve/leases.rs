@@ -315,19 +315,7 @@ pub(crate) async fn campaign(
     let leadership = if wait.is_zero() {
         unless_shutdown(&shared, election.try_campaign()).await?
     } else {
-        let waited = tokio::time::timeout(wait, unless_shutdown(&shared, election.campaign()));
-        match waited.await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(ApiError::from_lib(
-                    redquorum::Error::Timeout {
-                        op: "election.campaign",
-                        waited: wait,
-                    },
-                    None,
-                ))
-            }
-        }
+        unless_shutdown(&shared, election.campaign_for(wait)).await?
     };
     let opened = shared
         .sessions
