@@ -461,10 +461,15 @@ mod tests {
     fn hold_bounds_end_a_lease() {
         let now = Instant::now();
         let until = Stamp::now().after(2900 * MS);
+        // Held 10 s (extended, its validity still ahead): past a 9 s hold bound.
+        let extended = Stamp {
+            mono: now + 12_900 * MS,
+            boot: until.boot + 10_000 * MS,
+        };
         let held_long = Watchdog {
             now: now + 10_000 * MS,
             max_hold: Some(9_000 * MS),
-            ..watchdog(now, until)
+            ..watchdog(now, extended)
         };
         assert_eq!(tick(held_long), Tick::BoundReached);
         let extended_often = Watchdog {
