@@ -80,6 +80,9 @@ mod transport;
 // Every public item has exactly one path: here.
 pub use crate::metrics::describe_metrics;
 pub use client::Client;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub use clock::{judge_validity_on_monotonic_clock_only_for_tests, set_boot_clock_ahead_for_tests};
 pub use cluster::Descriptor;
 #[cfg(feature = "test-util")]
 pub use config::CopyEvent;

@@ -49,7 +49,7 @@ fn ownership(
         for (i, (at, a)) in history.iter().enumerate() {
             let Some(a) = a else { continue };
             let next = history.get(i + 1).map(|(t, _)| *t).unwrap_or(end);
-            let until = next.min(a.valid_until);
+            let until = next.min(a.valid_until());
             if *at >= until {
                 continue;
             }

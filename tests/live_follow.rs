@@ -132,7 +132,7 @@ fn longest_gap(history: &[(Instant, Option<Assignment>)], from: Instant, end: In
         if let Some(a) = a {
             let start = (*at).max(from);
             longest = longest.max(start.saturating_duration_since(covered_until));
-            covered_until = covered_until.max(next.min(a.valid_until));
+            covered_until = covered_until.max(next.min(a.valid_until()));
         }
     }
     longest.max(end.saturating_duration_since(covered_until))

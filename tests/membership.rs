@@ -44,7 +44,7 @@ fn intervals(
     for (i, (at, a)) in history.iter().enumerate() {
         if let Some(a) = a {
             let next = history.get(i + 1).map(|(t, _)| *t).unwrap_or(end);
-            out.push((*at, next.min(a.valid_until), a.clone()));
+            out.push((*at, next.min(a.valid_until()), a.clone()));
         }
     }
     out
@@ -348,7 +348,7 @@ async fn lost_beat_copy(protected: bool) -> Result<(), OwnerViolation> {
     // Freeze M just after a beat (its assignment then has most of its lease ahead).
     let deadline = Instant::now() + interval * 3;
     while m.assignment().is_none_or(|a| {
-        a.valid_until.saturating_duration_since(Instant::now()) < Duration::from_millis(4200)
+        a.valid_until().saturating_duration_since(Instant::now()) < Duration::from_millis(4200)
     }) {
         assert!(Instant::now() < deadline, "M never showed a fresh beat");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -627,7 +627,7 @@ async fn a_frozen_redis_node_a_slow_drain_hook_and_clock_steps_leave_every_lease
                         a.as_ref().map(|a| (
                             a.version,
                             a.state,
-                            a.valid_until.saturating_duration_since(*t).as_millis()
+                            a.valid_until().saturating_duration_since(*t).as_millis()
                         ))
                     ))
                     .collect::<Vec<_>>()

@@ -107,8 +107,11 @@ async fn watch(
             // the remaining validity is used up.
             eprintln!("redquorum: lease on {name:?} lost ({reason}); stopping the command");
             kill_group(Signal::SIGTERM);
-            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            let exited = tokio::select! {
+                _ = child.wait() => true,
+                () = validity_ended(guard) => false,
+            };
+            if !exited {
                 kill_group(Signal::SIGKILL);
                 let _ = child.wait().await;
             }
@@ -134,12 +137,35 @@ async fn stop_within_lease(
     tokio::select! {
         _ = tokio::time::timeout(Duration::from_secs(5), child.wait()) => {}
         _ = guard.lost() => {
-            let grace = guard.valid_until().saturating_duration_since(tokio::time::Instant::now());
-            let _ = tokio::time::timeout(grace, child.wait()).await;
+            tokio::select! {
+                _ = child.wait() => {}
+                () = validity_ended(guard) => {}
+            }
         }
     }
     kill_group(Signal::SIGKILL);
     let _ = child.wait().await;
+}
+
+/// The longest sleep between two readings of the lease's validity during a SIGKILL grace.
+const GRACE_SLICE: Duration = Duration::from_millis(100);
+
+/// Until `guard`'s validity has ended ([`LockGuard::valid_until`]: the earlier of the
+/// monotonic and the boot clock's ends). The wait reads the validity again at least every
+/// [`GRACE_SLICE`]: a sleep runs on the monotonic clock, which stops while the host is
+/// suspended, so one sleep for the whole grace would let the command run on after a resume for
+/// as long as the host slept, past the validity; in slices it gets SIGKILL within a slice of
+/// the resume.
+async fn validity_ended(guard: &LockGuard) {
+    loop {
+        let left = guard
+            .valid_until()
+            .saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(GRACE_SLICE)).await;
+    }
 }
 
 /// A [`stop_signal`] kept across the phases of one command.

@@ -43,6 +43,8 @@ mod ping;
 mod precheck;
 mod record;
 mod serve;
+#[cfg(feature = "test-util")]
+mod test_clock;
 mod tether;
 mod tls;
 mod units;
@@ -60,6 +62,8 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    #[cfg(feature = "test-util")]
+    test_clock::start();
     let matches = Cli::command().get_matches();
     let nodes_from_env = matches.value_source("nodes") == Some(ValueSource::EnvVariable);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -112,7 +112,7 @@ impl Recorder {
         let at = monotonic_ns().to_string();
         match a {
             Some(a) => {
-                let until = self.ns(a.valid_until.into_std()).to_string();
+                let until = self.ns(a.valid_until().into_std()).to_string();
                 let token = a.token.get().to_string();
                 let state = match a.state {
                     ViewState::Prepare => "prepare",

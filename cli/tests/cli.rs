@@ -499,6 +499,74 @@ async fn on_sigterm_lock_run_kills_a_child_that_ignores_it_by_the_lease_deadline
     );
 }
 
+/// A host suspended during the SIGKILL grace: the lease was lost (a conflict) with most of its
+/// validity left, the command ignores SIGTERM, and the host then sleeps for a minute (staged:
+/// the process's boot clock is moved ahead, test-util only). The validity ended during the
+/// suspend, so the command must get SIGKILL at once after the resume, not after the grace's
+/// remainder on the monotonic clock (which did not count the suspend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_during_the_grace_gets_a_command_ignoring_sigterm_killed_at_once() {
+    use tokio::io::AsyncBufReadExt;
+    let cluster = Cluster::start(3).await;
+    let nodes = set_up(&cluster).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, ahead) = (dir.path().join("ready"), dir.path().join("ahead-ms"));
+    // The child ignores SIGTERM (and so does the sleep it execs): only SIGKILL stops it.
+    let script = format!("trap '' TERM; touch {}; exec sleep 120", ready.display());
+    let mut run = tokio::process::Command::new(BIN)
+        .args([
+            "--nodes", &nodes, "lock", "run", "grace", "--ttl", "12s", "--", "sh", "-c", &script,
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CLUSTER")
+        .env("REDQUORUM_BOOT_CLOCK_AHEAD_FILE_FOR_TESTS", &ahead)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another value takes every copy: the next extension (a third of the 12 s TTL after the
+    // grant) meets a conflict, and the lease is lost with about 8 s of validity left.
+    for i in 0..3 {
+        let mut con = cluster.node(i).direct_connection().await;
+        let _: i64 = redis::cmd("HSET")
+            .arg("rq:lock:grace")
+            .arg("v")
+            .arg("intruder:1:elsewhere")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    let mut stderr = tokio::io::BufReader::new(run.stderr.take().unwrap()).lines();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(15), stderr.next_line())
+            .await
+            .expect("lock run reports the lost lease within 15 s")
+            .unwrap()
+            .expect("lock run's stderr goes on until it reports the loss");
+        if line.contains("lost") {
+            break;
+        }
+    }
+    // The host sleeps for a minute in the middle of the grace.
+    std::fs::write(&ahead, "60000").unwrap();
+    let staged = Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(20), run.wait())
+        .await
+        .expect("lock run must exit")
+        .unwrap();
+    let took = staged.elapsed();
+    println!("the command was killed {took:?} after the staged suspend");
+    assert_eq!(status.code(), Some(4), "a lost lease exits 4");
+    assert!(
+        took < Duration::from_millis(2500),
+        "after a suspend past the lease's validity the command ignoring SIGTERM must be killed \
+         at once, not after the grace left on the monotonic clock (about 8 s): took {took:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_watch_prints_assignment_changes_and_leaves_on_sigterm() {
     use tokio::io::{AsyncBufReadExt, BufReader};

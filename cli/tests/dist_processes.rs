@@ -261,7 +261,7 @@ impl Members {
             for (i, (at, a)) in history.iter().enumerate() {
                 let Some(a) = a else { continue };
                 let next = history.get(i + 1).map(|(t, _)| *t).unwrap_or(end);
-                let until = next.min(a.valid_until);
+                let until = next.min(a.valid_until());
                 for u in a.units().into_iter().flatten() {
                     if *at < until {
                         out.push(OwnershipInterval {

@@ -41,9 +41,15 @@ impl Server {
     /// Start `serve` on a free loopback port with `extra` options; wait for its
     /// `listening on` line.
     async fn start(nodes: &str, extra: &[&str]) -> Server {
+        Server::start_with_env(nodes, extra, &[]).await
+    }
+
+    /// [`start`](Server::start) with `env` added to the server's environment.
+    async fn start_with_env(nodes: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
             .args(["--nodes", nodes, "serve", "--listen", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("REDQUORUM_NODES")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -484,6 +490,73 @@ async fn a_keepalive_session_ends_when_its_keepalives_stop() {
     assert_eq!(
         status, 200,
         "a retried release of an ended session: {again}"
+    );
+}
+
+/// What a keep-alive session's caller reads from its keep-alive answers: the `valid_for_ms` of
+/// five answers 100 ms apart, then the status and `valid_for_ms` of one answer right after the
+/// server's host was suspended for a minute (staged: the server's boot clock is moved ahead,
+/// test-util only). `monotonic_only`: the server judges validity as before the boot clock was
+/// read.
+async fn keepalives_across_a_suspend(monotonic_only: bool) -> (Vec<u64>, u16, Option<u64>) {
+    let (_nodes, list) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ahead = dir.path().join("ahead-ms");
+    let mut env = vec![(
+        "REDQUORUM_BOOT_CLOCK_AHEAD_FILE_FOR_TESTS",
+        ahead.to_str().unwrap(),
+    )];
+    if monotonic_only {
+        env.push(("REDQUORUM_MONOTONIC_VALIDITY_FOR_TESTS", "1"));
+    }
+    let server = Server::start_with_env(&list, &[], &env).await;
+    let acquire = format!(
+        "{}/v1/locks/report/acquire?ttl=30s&session=keepalive&keepalive=1h",
+        server.url
+    );
+    let (status, acquired) = post_json(&acquire).await;
+    assert_eq!(status, 200, "{acquired}");
+    let session = acquired["session"].as_str().unwrap().to_string();
+    let keepalive = format!("{}/v1/sessions/{session}/keepalive", server.url);
+    // Well inside the first extension (at 10 s); `held` events come every 2 s.
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, kept) = post_json(&keepalive).await;
+        assert_eq!(status, 200, "{kept}");
+        answers.push(kept["state"]["valid_for_ms"].as_u64().unwrap());
+    }
+    std::fs::write(&ahead, "60000").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // the server reads the file every 20 ms
+    let (status, kept) = post_json(&keepalive).await;
+    (answers, status, kept["valid_for_ms"].as_u64())
+}
+
+#[tokio::test]
+async fn keepalive_answers_carry_the_validity_at_answer_time_also_after_a_host_suspend() {
+    let (answers, status, after) = keepalives_across_a_suspend(false).await;
+    println!("valid_for_ms of keep-alives 100 ms apart: {answers:?}; after the suspend: {status}, {after:?}");
+    assert!(
+        answers.windows(2).all(|w| w[1] < w[0]),
+        "keep-alive answers 100 ms apart, without an extension between them, must show a \
+         validity that decreases (computed at answer time, not the last event's): {answers:?}"
+    );
+    assert!(
+        status == 404 || (status == 200 && after == Some(0)),
+        "after a suspend past the lease's validity a keep-alive must answer valid_for_ms 0 \
+         (or the session lost, 404): {status}, valid_for_ms {after:?}"
+    );
+}
+
+/// The teeth: a server judging validity on the monotonic clock alone still tells its caller,
+/// after a minute's suspend, that most of the 30 s lease is left.
+#[tokio::test]
+async fn without_the_boot_clock_a_keepalive_after_a_suspend_shows_the_lease_valid() {
+    let (_, status, after) = keepalives_across_a_suspend(true).await;
+    assert_eq!(status, 200);
+    assert!(
+        after.is_some_and(|ms| ms > 20_000),
+        "the monotonic clock alone shows most of the validity left: {after:?}"
     );
 }
 

@@ -349,7 +349,7 @@ impl Lock {
         let needed = tally.majority().needed();
         decide::after_round(decide::Round {
             reached: tally.reached(),
-            validity_left: until.mono.saturating_duration_since(Instant::now()),
+            validity_left: until.end().saturating_duration_since(Instant::now()),
             min_validity: self.inner.min_validity,
             token_low: tally
                 .replies()

@@ -113,7 +113,7 @@ pub(super) struct Watchdog {
 /// The watchdog's decision at one wake-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Tick {
-    /// Validity is (nearly) over on the boot clock: signal loss now.
+    /// Validity is (nearly) over (on the boot clock, after a suspend): signal loss now.
     Expired,
     /// The hold-time or extension bound is reached: signal it now.
     BoundReached,
@@ -125,13 +125,14 @@ pub(super) enum Tick {
     },
 }
 
-/// The watchdog's schedule at one wake-up.
+/// The watchdog's schedule at one wake-up (validity judged on both clocks: after a host
+/// suspend the loss is signalled at the first wake-up after the resume).
 pub(super) fn tick(w: Watchdog) -> Tick {
-    let valid_until = w.until.mono;
+    let valid_until = w.until.end_at(w.now, w.boot_now);
     let signal_at = valid_until
         - w.margin
             .min(valid_until.saturating_duration_since(w.acquired_at));
-    if w.boot_now + w.margin >= w.until.boot {
+    if valid_until <= w.now + w.margin {
         return Tick::Expired;
     }
     let bound = w
@@ -435,13 +436,40 @@ mod tests {
     }
 
     #[test]
+    fn a_suspend_shorter_than_the_validity_moves_the_loss_signal_earlier() {
+        // 2.9 s left on the monotonic clock, 1 s on the boot clock (a suspend of 1.9 s): the
+        // loss is signalled a margin before the boot clock's end, not the monotonic one's.
+        let now = Instant::now();
+        let until = Stamp {
+            mono: now + 2900 * MS,
+            boot: Duration::from_secs(100),
+        };
+        let w = Watchdog {
+            boot_now: until.boot - 1000 * MS,
+            ..watchdog(now, until)
+        };
+        assert_eq!(
+            tick(w),
+            Tick::Wait {
+                check_at: now + 939 * MS,
+                signal_at: now + 939 * MS
+            }
+        );
+    }
+
+    #[test]
     fn hold_bounds_end_a_lease() {
         let now = Instant::now();
         let until = Stamp::now().after(2900 * MS);
+        // Held 10 s (extended, its validity still ahead): past a 9 s hold bound.
+        let extended = Stamp {
+            mono: now + 12_900 * MS,
+            boot: until.boot + 10_000 * MS,
+        };
         let held_long = Watchdog {
             now: now + 10_000 * MS,
             max_hold: Some(9_000 * MS),
-            ..watchdog(now, until)
+            ..watchdog(now, extended)
         };
         assert_eq!(tick(held_long), Tick::BoundReached);
         let extended_often = Watchdog {

@@ -26,8 +26,10 @@ pub(super) struct Item {
     pub(super) version: u64,
     pub(super) ttl: Duration,
     pub(super) token: u64,
-    /// The validity the lease had when the extension was asked for.
-    pub(super) valid_until: Instant,
+    /// The validity the lease had when the extension was asked for, on both clocks: the
+    /// extension counts only if decided before its earlier end, read when it is decided (a
+    /// host suspend during the call shortens it).
+    pub(super) until: Stamp,
     /// When this extension's version was taken: its validity runs from here, not from the
     /// batch's send. (An extension with a later version may be sent first, during the gather
     /// delay; this one then changes nothing on the nodes, and a watcher may have seen the
@@ -94,6 +96,7 @@ pub(super) async fn send(
         })
         .await;
     let decided_at = Instant::now();
+    let boot_at = clock::boot_now();
     let m = tally.majority();
     items
         .iter()
@@ -107,7 +110,7 @@ pub(super) async fn send(
                 m.nodes(),
                 m.needed(),
                 decided_at,
-                it.valid_until,
+                it.until.end_at(decided_at, boot_at),
             ) {
                 ExtendVerdict::Extended => Ok(it.versioned_at.after(lease::validity(it.ttl))),
                 verdict => {
@@ -291,7 +294,7 @@ mod tests {
             version,
             ttl: Duration::from_millis(1500),
             token: 7,
-            valid_until: Instant::now(),
+            until: Stamp::now(),
             versioned_at: Stamp::now(),
         }
     }

@@ -9,7 +9,11 @@ use crate::metrics::{self, Extension};
 pub enum LeaseStatus {
     /// Held until the instant (monotonic clock), unless extended.
     Held {
-        /// End of validity.
+        /// End of validity as it was when this status was published (the earlier of the
+        /// monotonic and the boot clock's ends, then). A host suspend after that shortens the
+        /// validity without a new status: [`LockGuard::valid_until`] and
+        /// [`LockGuard::is_held`] read the clocks, and the loss follows within a second of
+        /// the resume.
         valid_until: Instant,
     },
     /// Lost or released.
@@ -26,7 +30,7 @@ impl Lock {
         token: FencingToken,
         version: u64,
         versioned_at: Stamp,
-        valid_until: Instant,
+        until: Stamp,
         batched: bool,
     ) -> extend::Outcome {
         let inner = &self.inner;
@@ -38,7 +42,7 @@ impl Lock {
             version,
             ttl: inner.ttl,
             token: token.get(),
-            valid_until,
+            until,
             versioned_at,
         };
         let (client, deadline, server_clock) =
@@ -86,8 +90,9 @@ pub(super) struct Times {
 }
 
 impl Times {
+    /// End of validity on the monotonic clock, judged on both clocks (reads them).
     pub(super) fn valid_until(&self) -> Instant {
-        self.until.mono
+        self.until.end()
     }
 }
 
@@ -110,7 +115,7 @@ impl LockGuard {
         until: Stamp,
     ) -> LockGuard {
         let (status, _) = watch::channel(LeaseStatus::Held {
-            valid_until: until.mono,
+            valid_until: until.end(),
         });
         let shared = Arc::new(LeaseShared {
             lock,
@@ -145,12 +150,21 @@ impl LockGuard {
         self.shared.lock.name()
     }
 
-    /// End of validity on this process's monotonic clock (moves forward with extensions).
+    /// End of validity, as an instant of this process's monotonic clock (moves forward with
+    /// extensions): the earlier of the end on the monotonic clock and the end on the boot
+    /// clock (`CLOCK_BOOTTIME`, which counts the time the host was suspended). Without a
+    /// suspend the two agree; after one, the validity is shortened by the suspended time, and
+    /// is in the past when the suspend outlasted it. Computed when called: each call reads
+    /// both clocks.
+    ///
+    /// Not guaranteed: that the lease is still held up to this instant (a conflict or a lost
+    /// majority ends it earlier; [`lost`](Self::lost) and [`is_held`](Self::is_held) say so).
     pub fn valid_until(&self) -> Instant {
         self.shared.times().valid_until()
     }
 
-    /// True while the lease has not been lost and its validity has not ended.
+    /// True while the lease has not been lost and its validity has not ended on either clock
+    /// (right at once after a host suspend, before the loss is signalled).
     pub fn is_held(&self) -> bool {
         matches!(*self.shared.status.borrow(), LeaseStatus::Held { .. })
             && !self.shared.times().until.passed()
@@ -343,7 +357,7 @@ pub(super) async fn extend_once(
             shared.token,
             version,
             versioned_at,
-            times.valid_until(),
+            times.until,
             batched,
         )
         .await

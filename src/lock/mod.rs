@@ -89,7 +89,9 @@
 //!   monotonic clock through `crate::lease`.
 //! - Architecture invariant: a lease's loss is published (status channel, cancellation token,
 //!   `lost()`) a margin before its validity deadline, computed from an instant before the send of
-//!   the last successful acquisition or extension (and checked on the boot clock).
+//!   the last successful acquisition or extension. Every validity a caller is shown or acts on
+//!   is the earlier of its ends on the monotonic and the boot clock (`clock::Stamp::end`), read
+//!   when it is used: a host suspend shortens it.
 //! - A released lock's next token stays above every token it had: acquisitions count from the
 //!   highest of its fence, its floor bucket and the older single floor.
 //! - Only a round no caller was given is ever rolled back (`undo.rs`), and only where its grant
@@ -209,11 +211,15 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 ///   i.e. before another client can acquire, as long as this process is running and its async
 ///   runtime is not starved. [`LockGuard::is_held`] reads the clocks itself and is the
 ///   authority: check it before a side effect when the runtime may be busy.
+/// - **Host suspend:** `is_held` and `valid_until` count the time the host was suspended
+///   (`CLOCK_BOOTTIME`) from the moment it resumes; the loss signal follows within the
+///   watchdog's slice (at most a second).
 /// - Once loss was signalled, no extension succeeds; release deletes only this holder's key.
 ///
 /// # Not guaranteed
-/// - A process that pauses (GC, swap, SIGSTOP) past `valid_until` cannot notice anything while
-///   paused. Mutual exclusion alone never authorizes a side effect: **check the token at the
+/// - A process that pauses (GC, swap, SIGSTOP, a host suspend) past `valid_until` cannot notice
+///   anything while paused; after a host suspend that outlasted the validity, the loss signal
+///   comes up to a second after the resume (`is_held` is right at once). Mutual exclusion alone never authorizes a side effect: **check the token at the
 ///   resource** ([`FencingToken`], [`fenced_set`](crate::fenced_set)).
 /// - Progress without a majority; fairness between waiters.
 /// - A lease abandoned by a crashed holder is taken over only by a client that watches it for

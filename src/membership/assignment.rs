@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::assign::{Ownership, View, ViewState, ViewVersion};
-use crate::clock::{Instant, Stamp};
+use crate::clock::Stamp;
 use crate::fencing::FencingToken;
 
 /// What a member may do: its place in the active view.
@@ -26,9 +26,8 @@ pub struct Assignment {
     /// transition is draining; owns only the tasks the last active view and the new one both
     /// give it.
     pub state: ViewState,
-    /// Ownership ends here unless the membership lease is refreshed (monotonic clock).
-    pub valid_until: Instant,
-    /// The same end on the boot clock (counts host suspend).
+    /// End of ownership on both clocks, unless the membership lease is refreshed (see
+    /// `Assignment::valid_until`, which reads it).
     pub(super) until: Stamp,
     pub(super) view: Arc<View>,
     /// For a prepared view: the last active view (a task must be ours under both).

@@ -116,7 +116,6 @@ pub(super) fn assignment(
         version: view.version,
         token,
         state,
-        valid_until: until.mono,
         until,
         view: Arc::new(view.clone()),
         previous: (state == ViewState::Prepare).then(|| Arc::new(view.previous_view())),
@@ -147,9 +146,7 @@ pub(super) fn starts_drain(
 pub(super) fn same_assignment(a: Option<&Assignment>, b: Option<&Assignment>) -> bool {
     match (a, b) {
         (None, None) => true,
-        (Some(a), Some(b)) => {
-            a.version == b.version && a.index == b.index && a.valid_until == b.valid_until
-        }
+        (Some(a), Some(b)) => a.version == b.version && a.index == b.index && a.until == b.until,
         _ => false,
     }
 }

@@ -69,7 +69,7 @@ fn assignment_json(a: Option<&Assignment>) -> Value {
             redquorum::ViewState::Prepare => "prepare",
             redquorum::ViewState::Active => "active",
         },
-        "valid_for_ms": ms_left(a.valid_until),
+        "valid_for_ms": ms_left(a.valid_until()),
     });
     if let Some(units) = a.units() {
         v["units"] = json!(units);
@@ -181,7 +181,7 @@ async fn drive(
             changed = changes.changed() => if changed.is_err() { break json!({"event": "left"}) },
             _ = tick.tick() => {
                 if let Some(a) = changes.borrow().as_ref() {
-                    events.tick(&session, json!({"event": "held", "valid_for_ms": ms_left(a.valid_until)}));
+                    events.tick(&session, json!({"event": "held", "valid_for_ms": ms_left(a.valid_until())}));
                 }
             }
             Some(ask) = asks.recv() => {
@@ -202,6 +202,10 @@ async fn drive(
                 }
                 Control::Complete(reply) => {
                     let _ = reply.send(Err(session.cannot_complete()));
+                }
+                Control::Validity(reply) => {
+                    let left = changes.borrow().as_ref().map_or(0, |a| ms_left(a.valid_until()));
+                    let _ = reply.send(left);
                 }
             },
         }

@@ -133,6 +133,14 @@ async fn drive(shared: Arc<Shared>, opened: Opened, mut held: Held, ttl: Duratio
             Next::Control(Control::Drained(_, reply)) => {
                 let _ = reply.send(Err(session.has_no_drains()));
             }
+            Next::Control(Control::Validity(reply)) => {
+                let guard = held.guard();
+                let _ = reply.send(if guard.is_held() {
+                    ms_left(guard.valid_until())
+                } else {
+                    0
+                });
+            }
             Next::Tick => {
                 let left = ms_left(held.guard().valid_until());
                 events.tick(&session, json!({"event": "held", "valid_for_ms": left}));

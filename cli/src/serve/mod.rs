@@ -327,9 +327,30 @@ async fn session_keepalive(
         ));
     };
     session.keepalive();
-    Ok(ok(
-        json!({"session": id, "keepalive_ms": api::ms(every), "state": session.describe()["state"]}),
-    ))
+    // The validity now, not the last event's (up to 2 s old, or from before a host suspend).
+    let valid_for_ms = session.valid_for_ms_now().await;
+    let mut state = session.last_state();
+    refresh_validity(&mut state, valid_for_ms);
+    Ok(ok(json!({
+        "session": id,
+        "keepalive_ms": api::ms(every),
+        "valid_for_ms": valid_for_ms,
+        "state": state,
+    })))
+}
+
+/// The `valid_for_ms` an event carries (at its top level, or in its assignment) replaced by
+/// `valid_for_ms`, the validity computed now.
+fn refresh_validity(event: &mut serde_json::Value, valid_for_ms: u64) {
+    if let Some(v) = event.get_mut("valid_for_ms") {
+        *v = json!(valid_for_ms);
+    }
+    if let Some(v) = event
+        .get_mut("assignment")
+        .and_then(|a| a.get_mut("valid_for_ms"))
+    {
+        *v = json!(valid_for_ms);
+    }
 }
 
 /// `POST /v1/sessions/{session}/release`: release the lease, resign, abandon the period

@@ -98,6 +98,10 @@ pub(crate) enum Control {
     Complete(oneshot::Sender<Result<Value, ApiError>>),
     /// The caller stopped the work a drain asked it to stop (group and pool members only).
     Drained(u64, oneshot::Sender<Result<Value, ApiError>>),
+    /// The remaining validity of what the session holds, computed when asked (a keep-alive's
+    /// answer): the lease's or the assignment's `valid_until`, on both clocks; 0 once it is
+    /// over or lost, or when the session holds nothing.
+    Validity(oneshot::Sender<u64>),
 }
 
 /// One session, as the registry holds it.
@@ -150,6 +154,22 @@ impl Session {
     pub(crate) fn keepalive(&self) {
         *self.touched.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         self.touch.notify_one();
+    }
+
+    /// The remaining validity of what the session holds, in ms, computed now by its task
+    /// ([`Control::Validity`]); 0 when the task does not answer within a second (it is ending
+    /// the session, or stuck on a full stream): a caller must then count it as over.
+    pub(crate) async fn valid_for_ms_now(&self) -> u64 {
+        let ask = async {
+            let (tx, rx) = oneshot::channel();
+            self.control.send(Control::Validity(tx)).await.ok()?;
+            rx.await.ok()
+        };
+        tokio::time::timeout(Duration::from_secs(1), ask)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0)
     }
 
     /// Publish the session's state (shown by `GET /v1/sessions/{id}`).

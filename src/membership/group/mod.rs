@@ -50,6 +50,17 @@ use run::member_loop;
 /// The ownership checks that read the clocks (the rest of [`Assignment`] is pure, in
 /// `membership/assignment.rs`).
 impl Assignment {
+    /// End of ownership under this assignment, as an instant of this process's monotonic
+    /// clock, unless the membership lease is refreshed (a later assignment then carries the
+    /// later end): the earlier of the end on the monotonic clock and the end on the boot clock
+    /// (`CLOCK_BOOTTIME`, which counts the time the host was suspended). After a suspend it is
+    /// shortened by the suspended time, and in the past when the suspend outlasted it.
+    /// Computed when called: each call reads both clocks. [`owns`](Self::owns) and
+    /// [`owns_unit`](Self::owns_unit) are false from this instant on.
+    pub fn valid_until(&self) -> Instant {
+        self.until.end()
+    }
+
     /// Whether this member owns task `task_id` now (false once `valid_until` has passed, on
     /// the monotonic or the boot clock).
     pub fn owns(&self, task_id: u64) -> bool {
@@ -311,7 +322,7 @@ impl Member {
             .tx
             .borrow()
             .clone()
-            .filter(|a| Instant::now() < a.valid_until)
+            .filter(|a| !a.until.passed())
     }
 
     /// Whether this member owns `task_id` now.

@@ -173,7 +173,7 @@ async fn publish_round(
     {
         progress.last_active = assignment.clone();
     }
-    let valid_until = assignment.as_ref().map(|a| a.valid_until);
+    let valid_until = assignment.as_ref().map(|a| a.valid_until());
     publish(shared, assignment);
     (
         view.state == ViewState::Active && progress.draining.is_none(),
