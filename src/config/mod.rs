@@ -87,6 +87,9 @@ pub struct Config {
     pub(crate) takeover_wait: bool,
     /// A lost reply counts as applied (test switch).
     pub(crate) lost_replies_counted: bool,
+    /// A holder's release counts a node where it deleted nothing as one where it deleted its
+    /// copy (test switch).
+    pub(crate) release_counts_foreign_copies: bool,
     /// A lock attempt dropped mid-round releases the round (off: test switch).
     pub(crate) undo_dropped_rounds: bool,
     /// Repair re-reads every fence floor from every source after its scans (test switch).
@@ -165,6 +168,7 @@ impl Config {
             server_clock_leases: false,
             takeover_wait: true,
             lost_replies_counted: false,
+            release_counts_foreign_copies: false,
             undo_dropped_rounds: true,
             floor_recheck: true,
             newest_lease_restore: false,
@@ -530,6 +534,9 @@ impl Config {
         }
         if !self.undo_dropped_rounds {
             out.push("a lock attempt dropped mid-round leaves its grants behind (test-only switch): a free lock looks held for its TTL".into());
+        }
+        if self.release_counts_foreign_copies {
+            out.push("a release counts copies it did not delete (test-only switch): a deposed holder is told it still held the lease".into());
         }
         if !self.takeover_wait {
             out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());

@@ -218,6 +218,8 @@ struct LockInner {
     server_clock: bool,
     /// A round its caller dropped is released in the background (off only in tests).
     undo_dropped_rounds: bool,
+    /// TEST ONLY: a holder's release counts a node where it deleted nothing as deleted.
+    release_counts_foreign_copies: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
     /// This handle's releases: whether the next one folds the fence or keeps it.
@@ -378,6 +380,7 @@ impl Lock {
                 watch: Mutex::new(Watch::new(client.node_urls().len())),
                 server_clock: client.config().server_clock_leases,
                 undo_dropped_rounds: client.config().undo_dropped_rounds,
+                release_counts_foreign_copies: client.config().release_counts_foreign_copies,
                 takeover_window: if client.config().takeover_wait {
                     crate::lease::watch_window
                 } else {
