@@ -180,24 +180,7 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
             num(2)?
         });
         match line.kind() {
-            "err" | "unk" | "late" => {
-                into.failed += 1;
-                into.attempts.push((num(1)?, num(2)?, false));
-                if line.kind() == "unk" {
-                    into.unknown.push((who.to_string(), num(1)?));
-                }
-                if line.kind() == "late" {
-                    let (start, end, token) = (num(1)?, num(2)?, num(3)?);
-                    into.grants.push(GrantRecord {
-                        holder: who.to_string(),
-                        token,
-                        start,
-                        end,
-                        tenure_end: end,
-                        released: None,
-                    });
-                }
-            }
+            "err" | "unk" | "late" => failed_try(&line, into)?,
             "acq" => {
                 close(&mut open, None, into);
                 into.acquired += 1;
@@ -259,6 +242,27 @@ pub fn check_tenures_of(h: &LeaseHistory, origin: MonotonicOrigin) -> Result<(),
     check_tenures(&tenures).map_err(|v| v.to_string())
 }
 
+/// A try that gave no tenure: refused (`err`), of unknown outcome (`unk`), or granted after
+/// its validity had passed (`late`: a grant for the fenced-mutex check).
+fn failed_try(line: &RecordLine<'_>, into: &mut LeaseHistory) -> Result<(), String> {
+    let (start, end) = (line.num(1)?, line.num(2)?);
+    into.failed += 1;
+    into.attempts.push((start, end, false));
+    match line.kind() {
+        "unk" => into.unknown.push((line.who.to_string(), start)),
+        "late" => into.grants.push(GrantRecord {
+            holder: line.who.to_string(),
+            token: line.num(3)?,
+            start,
+            end,
+            tenure_end: end,
+            released: None,
+        }),
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Every lock's history against a fenced mutex (`redquorum_testkit::mutex`): what it
 /// checked, or the violation.
 pub fn check_fenced_mutex_of(
@@ -310,10 +314,16 @@ pub fn check_leases(
         match check_fenced_mutex_of(h, origin) {
             Ok(s) => {
                 checked.operations += s.operations;
+                checked.unknown_acquires += s.unknown_acquires;
                 checked.windows += s.windows;
                 checked.largest_window = checked.largest_window.max(s.largest_window);
             }
-            Err(v) => violations.push(("fenced mutex", format!("lock {lock}: {v}"))),
+            Err(v) => {
+                // Checked up to its first violation: a grant and its release each.
+                checked.operations += 2 * h.grants.len();
+                checked.unknown_acquires += h.unknown.len();
+                violations.push(("fenced mutex", format!("lock {lock}: {v}")));
+            }
         }
         if let Err(v) = check_fenced_writes(h) {
             violations.push(("fenced writes", format!("lock {lock}: {v}")));

@@ -410,6 +410,25 @@ fn print_summary(seed: u64, o: &run::Outcome) {
         println!("| {kind} | {n} |");
     }
     println!();
+    print_guarantees(o);
+    for (g, v) in &o.violations {
+        println!("violation ({g}): {v}");
+    }
+    println!();
+    println!(
+        "availability: {:.1}% of operations (ID calls, lease tries) succeeded while a fault was active, {:.1}% while none was (seed {seed})",
+        o.availability.0 * 100.0,
+        o.availability.1 * 100.0
+    );
+    println!(
+        "ID call p99 (workload processes): {:.1} ms while a fault was active, {:.1} ms while none was",
+        o.id_p99.0.as_secs_f64() * 1000.0,
+        o.id_p99.1.as_secs_f64() * 1000.0
+    );
+}
+
+/// The summary's table of guarantees, and what the fenced-mutex check checked.
+fn print_guarantees(o: &run::Outcome) {
     println!("| guarantee | violations |");
     println!("|---|---|");
     let count = |g: &str| o.violations.iter().filter(|(x, _)| *x == g).count();
@@ -432,24 +451,11 @@ fn print_summary(seed: u64, o: &run::Outcome) {
     }
     let (m, took) = o.mutex_check;
     println!(
-        "fenced-mutex check: {} lock operations in {} windows (the largest {}), checked in {:.0} ms",
+        "fenced-mutex check: {} lock operations in {} windows (the largest {}), {} acquisitions of unknown outcome, checked in {:.0} ms",
         m.operations,
         m.windows,
         m.largest_window,
+        m.unknown_acquires,
         took.as_secs_f64() * 1000.0
-    );
-    for (g, v) in &o.violations {
-        println!("violation ({g}): {v}");
-    }
-    println!();
-    println!(
-        "availability: {:.1}% of operations (ID calls, lease tries) succeeded while a fault was active, {:.1}% while none was (seed {seed})",
-        o.availability.0 * 100.0,
-        o.availability.1 * 100.0
-    );
-    println!(
-        "ID call p99 (workload processes): {:.1} ms while a fault was active, {:.1} ms while none was",
-        o.id_p99.0.as_secs_f64() * 1000.0,
-        o.id_p99.1.as_secs_f64() * 1000.0
     );
 }
