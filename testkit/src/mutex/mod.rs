@@ -260,28 +260,31 @@ fn opening(
     origin: Instant,
 ) -> String {
     let state = match holder {
-        Some((g, _)) => {
-            let lease = match grants[g].lease_end {
-                LeaseEnd::Released { start, end } => format!(
-                    "released [{}..{}], told a majority still held it",
-                    secs(start, origin),
-                    secs(end, origin)
-                ),
-                LeaseEnd::After(t) => format!("ending, unconfirmed, after {}", secs(t, origin)),
-            };
-            format!(
-                "held by {} (token {}, acquired {}; its lease {lease})",
-                grants[g].holder,
-                grants[g].token,
-                secs(grants[g].end, origin)
-            )
-        }
+        Some((g, _)) => format!(
+            "held by {} (token {}, acquired {}; its lease {})",
+            grants[g].holder,
+            grants[g].token,
+            secs(grants[g].end, origin),
+            lease_end(&grants[g], origin)
+        ),
         None => format!("free, the highest token {highest}"),
     };
     format!(
         "the window opens at {} with the lock {state}",
         secs(at, origin)
     )
+}
+
+/// How a grant's lease ended, for the report.
+fn lease_end(grant: &Grant, origin: Instant) -> String {
+    match grant.lease_end {
+        LeaseEnd::Released { start, end } => format!(
+            "released [{}..{}], told a majority still held it",
+            secs(start, origin),
+            secs(end, origin)
+        ),
+        LeaseEnd::After(t) => format!("ending, unconfirmed, after {}", secs(t, origin)),
+    }
 }
 
 /// Every operation of the history: completed ones on their caller's thread (a new thread
@@ -322,10 +325,11 @@ fn grant_ops(grants: &[Grant], origin: Instant) -> (Vec<Op>, Vec<Op>) {
             start: grant.start,
             ret: Some((MutexRet::Granted(grant.token), grant.end)),
             what: format!(
-                "{who} acquired token {} [{}..{}]",
+                "{who} acquired token {} [{}..{}] (its lease {})",
                 grant.token,
                 secs(grant.start, origin),
-                secs(grant.end, origin)
+                secs(grant.end, origin),
+                lease_end(grant, origin)
             ),
         });
         match grant.lease_end {
