@@ -39,19 +39,18 @@ const FN_ALLOW: &[(&str, &str, usize)] = &[
     // The fault campaign's driver, the last offender (the library, the CLI and the test kit are
     // within the limits).
     ("campaign/src/main.rs", "main", 179),
-    ("campaign/src/main.rs", "print_summary", 71),
     ("campaign/src/run.rs", "begin", 88),
-    ("campaign/src/run.rs", "run", 338),
+    ("campaign/src/run.rs", "run", 323),
     ("campaign/src/run.rs", "spawn_worker", 109),
-    ("campaign/src/worker.rs", "http_locks", 135),
-    ("campaign/src/worker.rs", "locks", 100),
+    ("campaign/src/worker.rs", "http_locks", 123),
+    ("campaign/src/worker.rs", "locks", 83),
 ];
 
 /// Files allowed over [`MAX_FILE_LINES`] non-test lines for now: `(file, its size today)`.
 /// Shrinks like [`FN_ALLOW`].
 const FILE_ALLOW: &[(&str, usize)] = &[
     // Today's offenders, as the size tests print them on failure.
-    ("campaign/src/run.rs", 1255),
+    ("campaign/src/run.rs", 1242),
 ];
 
 /// The pure decision cores: files that decide from values passed in and never do I/O, read a

@@ -309,6 +309,43 @@ async fn a_lapsed_lease_is_taken_over_only_after_its_ttl_unchanged_and_its_late_
     );
 }
 
+/// The planted bug of the campaign's fenced-mutex check (`release-counts-foreign-copies`), on
+/// real nodes: with the switch, the deposed holder of the story above is told that a majority
+/// still held its lease (without it, `false`: the test above), while nothing on the nodes
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_foreign_copies_counted_a_deposed_holder_is_told_it_still_held_its_lease() {
+    init_tracing();
+    let cluster = Cluster::start(3).await;
+    let miscounting = common::config_from_urls(cluster.urls())
+        .expect("valid")
+        .with_foreign_copies_counted_on_release_for_tests();
+    let a = common::connect(miscounting).await.expect("valid");
+    let b = client(cluster.urls()).await;
+    let manual = LockOptions::default().with_auto_extend(false);
+    let guard_a = Lock::with_options(&a, "deposed", Duration::from_millis(1000), manual)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    // A stops extending; B watches its lease for its TTL plus drift and takes it over.
+    let guard_b = Lock::new(&b, "deposed", Duration::from_secs(5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(guard_b.token() > guard_a.token(), "B took A's lease over");
+    let told = guard_a.release().await.unwrap();
+    assert!(
+        told,
+        "with the switch on, a deposed holder's release counts B's copies as its own"
+    );
+    assert!(
+        guard_b.is_held(),
+        "only the answer lies: B's copies are untouched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_racing_clients_never_hold_at_once_and_make_progress() {
     init_tracing();

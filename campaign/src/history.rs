@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use redquorum_testkit::checker::{check_ids, check_tenures, IdCall, Tenure};
+use redquorum_testkit::mutex::{check_fenced_mutex, Grant, LeaseEnd, MutexStats, UnknownAcquire};
 use redquorum_testkit::record::MonotonicOrigin;
 
 /// One recorded call.
@@ -116,9 +117,47 @@ pub struct LeaseHistory {
     pub failed: u64,
     /// Every try: (start, end, acquired).
     pub attempts: Vec<(u64, u64, bool)>,
+    /// Every grant, for the fenced-mutex check (also an HTTP caller's late one, which gave no
+    /// tenure).
+    pub grants: Vec<GrantRecord>,
+    /// Acquisitions of unknown outcome: (who, no later than their start).
+    pub unknown: Vec<(String, u64)>,
 }
 
-/// Parse a lease holder's record (see `worker.rs`) into `into`.
+/// One grant as its holder recorded it, on `CLOCK_MONOTONIC`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantRecord {
+    /// Who.
+    pub holder: String,
+    /// Its token.
+    pub token: u64,
+    /// The acquire call.
+    pub start: u64,
+    /// Its end.
+    pub end: u64,
+    /// The end of its tenure (when the holder stopped relying on it).
+    pub tenure_end: u64,
+    /// Its release call, when it answered that a majority still held the lease.
+    pub released: Option<(u64, u64)>,
+}
+
+impl LeaseHistory {
+    /// Add another holder's history of the same lock.
+    pub fn merge(&mut self, h: LeaseHistory) {
+        self.tenures.extend(h.tenures);
+        self.writes.extend(h.writes);
+        self.acquired += h.acquired;
+        self.failed += h.failed;
+        self.attempts.extend(h.attempts);
+        self.grants.extend(h.grants);
+        self.unknown.extend(h.unknown);
+    }
+}
+
+/// Parse a lease holder's record (see `worker.rs`) into `into`. The record's end is the
+/// process's crash (every workload process is killed): a tenure still open ends at its last
+/// validity, and the call it may have been making is an acquisition of unknown outcome from
+/// its last line on.
 pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<(), String> {
     // The open tenure: token, start, last valid_until.
     let mut open: Option<(u64, u64, u64)> = None;
@@ -126,20 +165,43 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
         if let Some((token, start, until)) = open.take() {
             let end = at.map_or(until, |a| a.min(until));
             into.tenures.push((who.to_string(), token, start, end));
+            if let Some(g) = into.grants.last_mut().filter(|g| g.token == token) {
+                g.tenure_end = end;
+            }
         }
     };
+    let mut last_at = None;
     for line in record_lines(who, text) {
         let num = |k: usize| line.num(k);
+        // When the line was written: a `rel` line's instant, any other's end.
+        last_at = Some(if line.kind() == "rel" {
+            num(1)?
+        } else {
+            num(2)?
+        });
         match line.kind() {
-            "err" => {
-                into.failed += 1;
-                into.attempts.push((num(1)?, num(2)?, false));
-            }
+            "err" | "unk" | "late" => failed_try(&line, into)?,
             "acq" => {
                 close(&mut open, None, into);
                 into.acquired += 1;
                 into.attempts.push((num(1)?, num(2)?, true));
                 open = Some((num(3)?, num(2)?, num(4)?));
+                into.grants.push(GrantRecord {
+                    holder: who.to_string(),
+                    token: num(3)?,
+                    start: num(1)?,
+                    end: num(2)?,
+                    tenure_end: num(4)?,
+                    released: None,
+                });
+            }
+            "released" => {
+                let token = num(3)?;
+                if let Some(g) = into.grants.last_mut().filter(|g| g.token == token) {
+                    if num(4)? == 1 {
+                        g.released = Some((num(1)?, num(2)?));
+                    }
+                }
             }
             "w" => {
                 let token = num(3)?;
@@ -153,6 +215,11 @@ pub fn parse_leases(who: &str, text: &str, into: &mut LeaseHistory) -> Result<()
             }
             "rel" => close(&mut open, Some(num(1)?), into),
             _ => return Err(line.bad()),
+        }
+    }
+    if open.is_none() {
+        if let Some(at) = last_at {
+            into.unknown.push((who.to_string(), at));
         }
     }
     close(&mut open, None, into);
@@ -173,6 +240,96 @@ pub fn check_tenures_of(h: &LeaseHistory, origin: MonotonicOrigin) -> Result<(),
         })
         .collect();
     check_tenures(&tenures).map_err(|v| v.to_string())
+}
+
+/// A try that gave no tenure: refused (`err`), of unknown outcome (`unk`), or granted after
+/// its validity had passed (`late`: a grant for the fenced-mutex check).
+fn failed_try(line: &RecordLine<'_>, into: &mut LeaseHistory) -> Result<(), String> {
+    let (start, end) = (line.num(1)?, line.num(2)?);
+    into.failed += 1;
+    into.attempts.push((start, end, false));
+    match line.kind() {
+        "unk" => into.unknown.push((line.who.to_string(), start)),
+        "late" => into.grants.push(GrantRecord {
+            holder: line.who.to_string(),
+            token: line.num(3)?,
+            start,
+            end,
+            tenure_end: end,
+            released: None,
+        }),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Every lock's history against a fenced mutex (`redquorum_testkit::mutex`): what it
+/// checked, or the violation.
+pub fn check_fenced_mutex_of(
+    h: &LeaseHistory,
+    origin: MonotonicOrigin,
+) -> Result<MutexStats, String> {
+    let grants: Vec<Grant> = h
+        .grants
+        .iter()
+        .map(|g| Grant {
+            holder: g.holder.clone(),
+            token: g.token,
+            start: origin.instant(g.start),
+            end: origin.instant(g.end),
+            lease_end: match g.released {
+                Some((start, end)) => LeaseEnd::Released {
+                    start: origin.instant(start),
+                    end: origin.instant(end),
+                },
+                None => LeaseEnd::After(origin.instant(g.tenure_end)),
+            },
+        })
+        .collect();
+    let unknown: Vec<UnknownAcquire> = h
+        .unknown
+        .iter()
+        .map(|(who, at)| UnknownAcquire {
+            holder: who.clone(),
+            start: origin.instant(*at),
+        })
+        .collect();
+    check_fenced_mutex(&grants, &unknown).map_err(|v| v.to_string())
+}
+
+/// Check every lock's history (one holder at a time, the fenced mutex, no stale write),
+/// adding what broke to `violations`: what the fenced-mutex check checked, and how long it
+/// took.
+pub fn check_leases(
+    leases: &std::collections::BTreeMap<String, LeaseHistory>,
+    origin: MonotonicOrigin,
+    violations: &mut Vec<(&'static str, String)>,
+) -> (MutexStats, std::time::Duration) {
+    let began = Instant::now();
+    let mut checked = MutexStats::default();
+    for (lock, h) in leases {
+        if let Err(v) = check_tenures_of(h, origin) {
+            violations.push(("leases", format!("lock {lock}: {v}")));
+        }
+        match check_fenced_mutex_of(h, origin) {
+            Ok(s) => {
+                checked.operations += s.operations;
+                checked.unknown_acquires += s.unknown_acquires;
+                checked.windows += s.windows;
+                checked.largest_window = checked.largest_window.max(s.largest_window);
+            }
+            Err(v) => {
+                // Checked up to its first violation: a grant and its release each.
+                checked.operations += 2 * h.grants.len();
+                checked.unknown_acquires += h.unknown.len();
+                violations.push(("fenced mutex", format!("lock {lock}: {v}")));
+            }
+        }
+        if let Err(v) = check_fenced_writes(h) {
+            violations.push(("fenced writes", format!("lock {lock}: {v}")));
+        }
+    }
+    (checked, began.elapsed())
 }
 
 /// No stale write accepted: no accepted write carries a smaller token than a write the resource
@@ -293,6 +450,41 @@ mod tests {
         );
         assert_eq!(h.acquired, 2);
         assert!(check_fenced_writes(&h).is_ok());
+    }
+
+    #[test]
+    fn grants_keep_their_confirmed_releases_and_a_killed_holders_last_call_is_unknown() {
+        let mut h = LeaseHistory::default();
+        let text = "acq\t0\t10\t7\t100\nrel\t40\t7\nreleased\t41\t45\t7\t1\n\
+                    unk\t50\t55\tno majority\nlate\t60\t70\t9\nreleased\t71\t72\t9\t0\n\
+                    acq\t80\t90\t10\t200\nrel\t95\t10\n";
+        parse_leases("p", text, &mut h).expect("parses");
+        let g = |token, start, end, tenure_end, released| GrantRecord {
+            holder: "p".into(),
+            token,
+            start,
+            end,
+            tenure_end,
+            released,
+        };
+        assert_eq!(
+            h.grants,
+            vec![
+                g(7, 0, 10, 40, Some((41, 45))),
+                g(9, 60, 70, 70, None),
+                g(10, 80, 90, 95, None)
+            ],
+            "the late grant (9) has no tenure; 10's release never answered"
+        );
+        assert_eq!(
+            h.unknown,
+            vec![("p".to_string(), 50), ("p".to_string(), 95)],
+            "the acquisition that failed with an unknown outcome, and the one under way at the kill"
+        );
+        assert_eq!(h.tenures.len(), 2, "the late grant gives no tenure");
+        assert_eq!((h.acquired, h.failed), (2, 2));
+        let origin = MonotonicOrigin::now();
+        assert!(check_fenced_mutex_of(&h, origin).is_ok());
     }
 
     #[test]

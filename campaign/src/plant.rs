@@ -30,11 +30,17 @@ pub enum Plant {
     /// Every quorum counts a lost reply (a timeout, a broken connection) as a node that
     /// applied the request.
     LostReplyAccepted,
+    /// A holder's release counts a node where it deleted nothing (another holder's copy, or
+    /// none) as one where it deleted its copy: a holder deposed while frozen is told, when it
+    /// releases, that a majority still held its lease. The nodes hold what they should (no two
+    /// holders, no stale write): only the fenced-mutex check (release only by the holder)
+    /// sees it.
+    ReleaseCountsForeignCopies,
 }
 
 impl Plant {
     /// Every planted bug, for the table test.
-    pub const ALL: [Plant; 8] = [
+    pub const ALL: [Plant; 9] = [
         Plant::QuorumHalf,
         Plant::NoQuarantine,
         Plant::FencingOff,
@@ -43,6 +49,7 @@ impl Plant {
         Plant::BarrierOff,
         Plant::TakeoverWithoutWait,
         Plant::LostReplyAccepted,
+        Plant::ReleaseCountsForeignCopies,
     ];
 
     /// The guarantees a campaign with this bug must report broken (any of them).
@@ -56,6 +63,7 @@ impl Plant {
             Plant::NoCompletionCheck => &["periodic jobs"],
             Plant::ServerClockLeases => &["leases", "fenced writes"],
             Plant::BarrierOff => &["one owner per unit", "one owner per task"],
+            Plant::ReleaseCountsForeignCopies => &["fenced mutex"],
         }
     }
 
@@ -67,6 +75,9 @@ impl Plant {
             Plant::ServerClockLeases => config.with_server_clock_leases_for_tests(),
             Plant::TakeoverWithoutWait => config.without_takeover_wait_for_tests(),
             Plant::LostReplyAccepted => config.with_lost_replies_counted_for_tests(),
+            Plant::ReleaseCountsForeignCopies => {
+                config.with_foreign_copies_counted_on_release_for_tests()
+            }
             // Not client settings: the lease workload writes without the guard; the member
             // processes get `--no-barrier-for-tests`.
             Plant::FencingOff | Plant::BarrierOff | Plant::NoCompletionCheck => config,
@@ -83,6 +94,7 @@ impl Plant {
             Plant::BarrierOff => "barrier-off",
             Plant::TakeoverWithoutWait => "takeover-without-wait",
             Plant::LostReplyAccepted => "lost-reply-accepted",
+            Plant::ReleaseCountsForeignCopies => "release-counts-foreign-copies",
         }
     }
 }

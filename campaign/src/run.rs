@@ -78,6 +78,8 @@ pub struct Outcome {
     /// `serve` processes frozen together with an HTTP lease holder for the TTL or longer, and
     /// of those, the ones whose holder was seen holding when frozen.
     pub serve_holder_freezes: (u64, u64),
+    /// What the fenced-mutex check checked, and how long it took.
+    pub mutex_check: (redquorum_testkit::mutex::MutexStats, Duration),
 }
 
 /// What a client runs.
@@ -420,12 +422,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
                     counts.2 += accepted;
                     counts.3 += h.writes.len() as u64 - accepted;
                     // One history per lock: the HTTP holders contend with the others.
-                    let into = leases.entry(slot.lock.clone()).or_default();
-                    into.tenures.extend(h.tenures);
-                    into.writes.extend(h.writes);
-                    into.acquired += h.acquired;
-                    into.failed += h.failed;
-                    into.attempts.extend(h.attempts);
+                    leases.entry(slot.lock.clone()).or_default().merge(h);
                 }
                 Kind::Dist => ownership.extend(
                     redquorum_testkit::record::ownership(&who, &text, &index, origin)
@@ -450,6 +447,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
         holder_freezes: campaign.holder_freezes,
         beyond: schedule::beyond_the_model(&plan, &settings),
         serve_holder_freezes: campaign.serve_holder_freezes,
+        mutex_check: Default::default(),
     };
     for p in &plan {
         *outcome.faults.entry(p.fault.kind()).or_default() += 1;
@@ -567,18 +565,7 @@ pub async fn run(opts: Options, dir: &Path) -> Result<Outcome, String> {
     if let Err(v) = history::check(&calls, origin) {
         outcome.violations.push(("ids", v));
     }
-    for (lock, h) in &leases {
-        if let Err(v) = history::check_tenures_of(h, origin) {
-            outcome
-                .violations
-                .push(("leases", format!("lock {lock}: {v}")));
-        }
-        if let Err(v) = history::check_fenced_writes(h) {
-            outcome
-                .violations
-                .push(("fenced writes", format!("lock {lock}: {v}")));
-        }
-    }
+    outcome.mutex_check = history::check_leases(&leases, origin, &mut outcome.violations);
     Ok(outcome)
 }
 

@@ -5,9 +5,14 @@
 //! ```text
 //! IDs:    ok   <start> <end> <first id> <last id>     an ID call that returned a range
 //!         err  <start> <end> <error>                   a call that failed
-//! Leases: acq  <start> <end> <token> <valid_until>     acquired (err as above when not)
+//! Leases: acq  <start> <end> <token> <valid_until>     acquired (err as above when not;
+//!                                                      unk: an outcome that is unknown)
 //!         w    <start> <end> <token> <accepted 0|1> <valid_until>   a fenced write
 //!         rel  <at> <token>                            stops relying on the lease (release)
+//!         released <start> <end> <token> <held 0|1>    the release call; 1: it answered
+//!                                                      that a majority still held the lease
+//!         late <start> <end> <token>                   (http) granted after its validity
+//!                                                      had passed: no tenure, released
 //! Jobs:   begin <at> <period> <token>                  the period's work begins
 //!         ran   <at> <period> <token>                  run_period returned Ran (recorded)
 //! ```
@@ -116,10 +121,9 @@ pub async fn locks(
             Ok(g) => g,
             Err(e) => {
                 let end = monotonic_ns();
-                line(format!(
-                    "err\t{start}\t{end}\t{}\n",
-                    one_line(&e.to_string())
-                ))?;
+                let kind = if e.is_outcome_unknown() { "unk" } else { "err" };
+                let e = one_line(&e.to_string());
+                line(format!("{kind}\t{start}\t{end}\t{e}\n"))?;
                 continue;
             }
         };
@@ -136,26 +140,8 @@ pub async fn locks(
             // The work between the check and the write: a holder frozen here writes late.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
             let t0 = monotonic_ns();
-            let value = format!("{token}");
-            let accepted: Result<bool, String> = if fenced {
-                guard_script
-                    .key(&key)
-                    .key(&fence_key)
-                    .arg(token)
-                    .arg(&value)
-                    .invoke_async::<(i64, u64)>(&mut conn)
-                    .await
-                    .map(|(applied, _)| applied == 1)
-                    .map_err(|e| e.to_string())
-            } else {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&value)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map(|()| true)
-                    .map_err(|e| e.to_string())
-            };
+            let accepted =
+                write_resource(&mut conn, &guard_script, (&key, &fence_key), token, fenced).await;
             let t1 = monotonic_ns();
             let accepted = accepted.map_err(|e| format!("the fenced resource: {e}"))?;
             line(format!(
@@ -165,7 +151,9 @@ pub async fn locks(
             ))?;
         }
         line(format!("rel\t{}\t{token}\n", monotonic_ns()))?;
-        let _ = guard.release().await;
+        let r0 = monotonic_ns();
+        let held = matches!(guard.release().await, Ok(true));
+        line(released_line(r0, token, held))?;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
     }
 }
@@ -348,7 +336,10 @@ pub async fn http_locks(
         let (mut events, first) = match opened {
             Ok(x) => x,
             Err(e) => {
-                line(format!("err\t{sent}\t{received}\t{}\n", one_line(&e)))?;
+                // Only an error answer below 500 says that nothing was granted.
+                let refused = e.starts_with("HTTP 4");
+                let kind = if refused { "err" } else { "unk" };
+                line(format!("{kind}\t{sent}\t{received}\t{}\n", one_line(&e)))?;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(20..60))).await;
                 continue;
             }
@@ -359,7 +350,7 @@ pub async fn http_locks(
             first["session"].as_str().map(String::from),
         ) else {
             line(format!(
-                "err\t{sent}\t{received}\tan acquired event without token, validity or session: {}\n",
+                "unk\t{sent}\t{received}\tan acquired event without token, validity or session: {}\n",
                 one_line(&first.to_string())
             ))?;
             tokio::time::sleep(Duration::from_millis(rng.random_range(20..60))).await;
@@ -367,10 +358,11 @@ pub async fn http_locks(
         };
         let valid_until = sent.saturating_add(valid_for_ms.saturating_mul(1_000_000));
         if received >= valid_until {
-            line(format!(
-                "err\t{sent}\t{received}\tacquired (token {token}, {valid_for_ms} ms valid) after its validity had passed\n"
-            ))?;
-            http_release(server, &session).await;
+            // A grant for the fenced-mutex check, no tenure (see above).
+            line(format!("late\t{sent}\t{received}\t{token}\n"))?;
+            let r0 = monotonic_ns();
+            let held = http_release(server, &session).await;
+            line(released_line(r0, token, held))?;
             drop(events);
             continue;
         }
@@ -399,26 +391,8 @@ pub async fn http_locks(
             // The work between the check and the write: a holder frozen here writes late.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
             let t0 = monotonic_ns();
-            let value = format!("{token}");
-            let accepted: Result<bool, String> = if fenced {
-                guard_script
-                    .key(&key)
-                    .key(&fence_key)
-                    .arg(token)
-                    .arg(&value)
-                    .invoke_async::<(i64, u64)>(&mut conn)
-                    .await
-                    .map(|(applied, _)| applied == 1)
-                    .map_err(|e| e.to_string())
-            } else {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&value)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map(|()| true)
-                    .map_err(|e| e.to_string())
-            };
+            let accepted =
+                write_resource(&mut conn, &guard_script, (&key, &fence_key), token, fenced).await;
             let t1 = monotonic_ns();
             match accepted {
                 Ok(accepted) => line(format!(
@@ -434,7 +408,9 @@ pub async fn http_locks(
         // Stops relying on the lease before it gives it back (and before it exits on an
         // error: the server releases the lease as soon as this process's connection closes).
         line(format!("rel\t{}\t{token}\n", monotonic_ns()))?;
-        http_release(server, &session).await;
+        let r0 = monotonic_ns();
+        let held = http_release(server, &session).await;
+        line(released_line(r0, token, held))?;
         reader.abort();
         if let Some(e) = failure {
             return Err(e);
@@ -466,8 +442,9 @@ async fn http_acquire(
 }
 
 /// Release a session (bounded: a frozen or dead server's session ends when the caller's
-/// stream closes, which the caller does next).
-async fn http_release(server: &Path, session: &str) {
+/// stream closes, which the caller does next): whether the server answered that a majority
+/// still held the lease.
+async fn http_release(server: &Path, session: &str) -> bool {
     let release = async {
         let mut conn = http_connect(server).await?;
         conn.post(&format!("/v1/sessions/{session}/release"))
@@ -475,7 +452,50 @@ async fn http_release(server: &Path, session: &str) {
             .map_err(|e| e.to_string())?;
         conn.body().await.map_err(|e| e.to_string())
     };
-    let _ = tokio::time::timeout(Duration::from_secs(2), release).await;
+    match tokio::time::timeout(Duration::from_secs(2), release).await {
+        Ok(Ok(body)) => {
+            serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|v| v["released"] == true)
+        }
+        _ => false,
+    }
+}
+
+/// A `released` line: the release call from `start` to now, and whether it answered that a
+/// majority still held the lease (the fenced-mutex check's confirmed release).
+fn released_line(start: u64, token: u64, held: bool) -> String {
+    let end = monotonic_ns();
+    format!("released\t{start}\t{end}\t{token}\t{}\n", u8::from(held))
+}
+
+/// Write `token` to the fenced resource at `key` through the fenced guard (`fenced: false`:
+/// a plain SET, the planted bug "fencing off"): whether the resource accepted it.
+async fn write_resource(
+    conn: &mut redis::aio::MultiplexedConnection,
+    guard_script: &redis::Script,
+    (key, fence_key): (&str, &str),
+    token: u64,
+    fenced: bool,
+) -> Result<bool, String> {
+    let value = format!("{token}");
+    if fenced {
+        guard_script
+            .key(key)
+            .key(fence_key)
+            .arg(token)
+            .arg(&value)
+            .invoke_async::<(i64, u64)>(conn)
+            .await
+            .map(|(applied, _)| applied == 1)
+            .map_err(|e| e.to_string())
+    } else {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(&value)
+            .query_async::<()>(conn)
+            .await
+            .map(|()| true)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// The periodic-job workload: the period is `CLOCK_MONOTONIC / JOB_PERIOD` (shared by every

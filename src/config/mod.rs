@@ -90,6 +90,9 @@ pub struct Config {
     /// A vote that may change a node is sent with the deadline its builder asked for, even
     /// above the node timeout (test switch).
     pub(crate) unbounded_vote_deadlines: bool,
+    /// A holder's release counts a node where it deleted nothing as one where it deleted its
+    /// copy (test switch).
+    pub(crate) release_counts_foreign_copies: bool,
     /// A lock attempt dropped mid-round releases the round (off: test switch).
     pub(crate) undo_dropped_rounds: bool,
     /// A lock round that was not granted is rolled back where its grant is untouched, rather
@@ -183,6 +186,7 @@ impl Config {
             takeover_wait: true,
             lost_replies_counted: false,
             unbounded_vote_deadlines: false,
+            release_counts_foreign_copies: false,
             undo_dropped_rounds: true,
             rollback_undone_rounds: true,
             floor_recheck: true,
@@ -568,6 +572,9 @@ impl Config {
         }
         if !self.rollback_undone_rounds {
             out.push("a lock round that was not granted is folded, not rolled back (test-only switch): a holder whose grant missed a node may never get its copy there".into());
+        }
+        if self.release_counts_foreign_copies {
+            out.push("a release counts copies it did not delete (test-only switch): a deposed holder is told it still held the lease".into());
         }
         if !self.takeover_wait {
             out.push("lock contenders take over held leases without waiting (test-only switch): two holders at once".into());

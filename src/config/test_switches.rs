@@ -146,6 +146,16 @@ impl Config {
         self
     }
 
+    /// TEST ONLY: a holder's release ([`LockGuard::release`](crate::LockGuard::release))
+    /// counts a node that answered "not your copy" (another holder's copy, or none) as one
+    /// where it deleted its own, so a test can show the deposed holder it then tells that a
+    /// majority still held its lease. What the nodes hold is unchanged: only the answer lies.
+    /// Never use it in production.
+    pub fn with_foreign_copies_counted_on_release_for_tests(mut self) -> Self {
+        self.release_counts_foreign_copies = true;
+        self
+    }
+
     /// TEST ONLY: a repair (or a change of the node list) does not re-read the fence floors
     /// after its scans, so a test can show the token that a lock release during the copy
     /// makes it miss. Never use it in production.

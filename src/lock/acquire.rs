@@ -460,10 +460,14 @@ impl Lock {
         {
             tokio::spawn(self.clone().collect_when_idle());
         }
-        self.release_in(value, mode).await
+        let foreign_counted = self.inner.release_counts_foreign_copies;
+        self.release_in(value, mode, foreign_counted).await
     }
 
-    async fn release_in(&self, value: &Arc<str>, mode: Mode) -> usize {
+    /// `foreign_counted` (TEST ONLY, the switch
+    /// `Config::with_foreign_copies_counted_on_release_for_tests`): a node that deleted
+    /// nothing (it holds another holder's copy, or none) counts as one that deleted this one.
+    async fn release_in(&self, value: &Arc<str>, mode: Mode, foreign_counted: bool) -> usize {
         let inner = &self.inner;
         // No marker check: deleting one's own copy is safe on any node, verified or not.
         let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
@@ -473,7 +477,10 @@ impl Lock {
             .arg(&**value)
             .arg(&inner.channel)
             .arg(mode.script_arg())
-            .decode(|_, v| decode::one_applied(v));
+            .decode(move |_, v| match decode::one_applied(v) {
+                Ok(NodeOutcome::Rejected(())) if foreign_counted => Ok(NodeOutcome::Applied(())),
+                other => other,
+            });
         let request = Request::any_node("lock.release", Targets::All)
             .within(inner.node_deadline)
             .finishing_in_background();

@@ -280,6 +280,8 @@ struct LockInner {
     undo_dropped_rounds: bool,
     /// A round not granted is rolled back where its grant is untouched (off only in tests).
     rollback_undone_rounds: bool,
+    /// TEST ONLY: a holder's release counts a node where it deleted nothing as deleted.
+    release_counts_foreign_copies: bool,
     /// How long a held lease must be seen unchanged before a takeover, by its lease time.
     takeover_window: fn(Duration) -> Duration,
     /// This handle's releases: whether the next one folds the fence or keeps it.
@@ -441,6 +443,7 @@ impl Lock {
                 server_clock: client.config().server_clock_leases,
                 undo_dropped_rounds: client.config().undo_dropped_rounds,
                 rollback_undone_rounds: client.config().rollback_undone_rounds,
+                release_counts_foreign_copies: client.config().release_counts_foreign_copies,
                 takeover_window: if client.config().takeover_wait {
                     crate::lease::watch_window
                 } else {

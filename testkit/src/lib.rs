@@ -35,13 +35,15 @@
 //! machine (no Docker, no proxy; freeze and thaw by signal), with the same [`SAFE_ARGS`]: for
 //! benchmarks and the fault campaign, where a container's network path would be measured too.
 //!
-//! [`checker`] holds the history checkers the tests run over what clients observed.
+//! [`checker`] holds the history checkers the tests run over what clients observed;
+//! [`mutex`] checks a lock's history for linearizability against a fenced mutex.
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod checker;
 pub mod clock;
 mod container;
 mod local;
+pub mod mutex;
 mod node;
 pub mod portmap;
 mod ports;
