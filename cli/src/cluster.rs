@@ -34,8 +34,8 @@ pub(crate) enum ClusterCommand {
     Show,
     /// Change the cluster's node list (add, remove or replace nodes) from the current list
     /// (--nodes) to TO: seals the old cluster, copies every value to the new nodes, marks them.
-    /// A client still configured with the old list follows the new cluster when it connects
-    /// (a running one fails once the old nodes are sealed: restart it); update its list.
+    /// A client still configured with the old list follows the new cluster, when it connects
+    /// or while it runs (once the change is done); update its list at leisure.
     /// An interrupted change (killed, a node down) is finished by running the same command
     /// again; once done, running it again changes nothing.
     Change {
