@@ -338,3 +338,60 @@ async fn a_running_client_never_follows_a_successor_the_seals_do_not_name() {
         "with node 1 frozen the old list has no majority, and no other list may be used: {got:?}"
     );
 }
+
+/// A change to another node count (3 -> 5) under a running holder and a running ID generator:
+/// the batched calls (extensions, ID rounds) count with the new list's majority (3 of 5),
+/// never stopping at the old one's (2), so the lease is kept and IDs go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_holder_and_id_generator_follow_a_grown_cluster() {
+    init_tracing();
+    let cluster = Cluster::start(5).await;
+    let all = cluster.urls();
+    let old = all[..3].to_vec();
+    let holder = common::connect(config(&old, true))
+        .await
+        .expect("the holder's client");
+    let guard = Lock::new(&holder, "grow-lease", TTL)
+        .expect("valid")
+        .try_acquire()
+        .await
+        .expect("the lease is free");
+    let ids = IdGenerator::new(&holder, "grow-ids").expect("valid");
+    let last = ids.next_id().await.expect("an ID before the change");
+
+    let started = Instant::now();
+    Client::connect(config(&old, true))
+        .await
+        .expect("the operator's client")
+        .change_cluster(config(&all, true))
+        .await
+        .expect("the cluster grows to five nodes");
+    println!("grown in {}", ms(started.elapsed()));
+    // Several extensions (every TTL / 3) and ID rounds on the new list.
+    let mut least_left = left_during(&guard, TTL / 2).await;
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(ids.next_id().await.map_err(|e| e.to_string()));
+        least_left = least_left.min(left_during(&guard, TTL / 4).await);
+    }
+    let nodes = sorted(holder.node_urls());
+    println!(
+        "lost {:?}, held {}, least validity left {}, nodes {nodes:?}, IDs {got:?} after {last}",
+        guard.lost_at(),
+        guard.is_held(),
+        ms(least_left)
+    );
+    assert_eq!(nodes, urls_of(&all), "the client follows the grown list");
+    assert_eq!(
+        guard.lost_at(),
+        None,
+        "the holder's extensions must count with the new list's majority"
+    );
+    assert!(guard.is_held(), "the holder must still hold its lease");
+    let mut prev = last;
+    for id in got {
+        let id = id.expect("ID rounds on the grown list must reach its majority");
+        assert!(id > prev, "IDs must go on increasing: {id} after {prev}");
+        prev = id;
+    }
+}

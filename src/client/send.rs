@@ -64,11 +64,16 @@ impl Client {
         items: usize,
         outcome_of: impl Fn(&T, usize) -> NodeOutcome<()> + Send + Sync + 'static,
     ) -> Tally<T> {
-        let majority = self.inner.majority;
+        // The decider counts with the majority of the list the request runs on (a follow of a
+        // change to another node count must not stop the fan-out at the old list's majority).
+        let on = self.current_or_pinned();
+        let majority = on.inner.majority;
         let decider: fanout::Decider<T> = Arc::new(move |results, pending| {
             crate::quorum::items_decision(majority, results, pending, items, &outcome_of)
         });
-        self.send_decided(request, steps, Some(decider)).await
+        let tally = on.send_on(request, steps.into(), Some(decider)).await;
+        self.after_request(&on, &tally);
+        tally
     }
 
     /// The per-node deadline `request` is sent with ([`Request::node_deadline`]: a writing

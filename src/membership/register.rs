@@ -133,6 +133,9 @@ pub(crate) struct Reading {
     /// The leader lease as each answering node holds it.
     pub(crate) lease: Vec<(usize, Seen<KeyState>)>,
     pub(crate) at: Instant,
+    /// Nodes needed for a majority of the list the reading ran on (a client that follows a
+    /// node-list change meanwhile judges this reading by its own list, not the new one).
+    pub(crate) needed: usize,
 }
 
 /// Decode one node's reply to a view read with `extras` (one reply per command, in order).
@@ -221,6 +224,7 @@ impl ViewRegister {
             beats: Vec::new(),
             lease: Vec::new(),
             at,
+            needed: tally.majority().needed(),
         };
         for (node, (view, beats, lease)) in tally.replies() {
             reading.views.push(view.clone());
@@ -240,7 +244,7 @@ impl ViewRegister {
             .iter()
             .filter(|(t, v)| Some(*t) == token && matches!(v, Some(Ok(_))))
             .count();
-        holding >= self.client.majority().needed()
+        holding >= reading.needed
     }
 
     /// The view a reading names, written back to a majority first unless a majority of the
