@@ -141,6 +141,11 @@ pub(crate) fn quiet_for(watch: &Watch<KeyState>, value: &str, needed: usize) -> 
     spans.get(needed.checked_sub(1)?).copied()
 }
 
+/// The longest lease time a lease may have (`crate::lock::MAX_TTL` is this): a stored lease
+/// time above it is a corrupted value, and a one-shot watch counts it as this one, so a
+/// corrupted `t` field cannot keep a one-shot caller watching for ages.
+pub(crate) const MAX_LEASE_TIME: Duration = Duration::from_secs(24 * 3600);
+
 /// How long a one-shot acquisition (`Lock::try_acquire`) may watch a held lease before it
 /// gives up: twice the watch window of the longest lease time it knows of, its own `ttl` or
 /// one a node stores for the lease it holds (`longest_ttl`), so a lease abandoned by a holder
@@ -148,7 +153,7 @@ pub(crate) fn quiet_for(watch: &Watch<KeyState>, value: &str, needed: usize) -> 
 /// own TTL. Twice: the watch of a node starts again when its state changes (a contender's
 /// copy that came and went), and the first reading may come late.
 pub(crate) fn one_shot_watch(ttl: Duration, watch: &Watch<KeyState>) -> Duration {
-    watch_window(ttl.max(longest_ttl(watch))) * 2
+    watch_window(ttl.max(longest_ttl(watch)).min(MAX_LEASE_TIME)) * 2
 }
 
 /// The longest lease time among the held states `watch` shows now (zero when none).
@@ -771,6 +776,14 @@ mod tests {
         );
         // A longer TTL of the caller's own still counts.
         assert_eq!(one_shot_watch(thirty * 2, &w), watch_window(thirty * 2) * 2);
+        // A corrupted stored lease time (far above the longest a lease may have) counts as
+        // that longest one: a cron caller is not kept watching for ages.
+        w.observe(0, seen("r0", held("a", 4, 9_007_199_254_740_991)), t0);
+        assert_eq!(
+            one_shot_watch(two, &w),
+            watch_window(MAX_LEASE_TIME) * 2,
+            "a stored lease time above the longest accepted one is capped"
+        );
     }
 
     #[test]

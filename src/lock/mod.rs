@@ -171,7 +171,7 @@ const MAX_FENCE_JUMP: u64 = crate::id::DEFAULT_MAX_JUMP;
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// Longest TTL accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_TTL: Duration = crate::lease::MAX_LEASE_TIME;
 
 /// Fenced leases: Redlock over the quorum nodes, with a fencing token minted inside each
 /// acquisition, auto-extension, and a loss signal that fires before anyone else can hold the
