@@ -141,8 +141,9 @@ pub(crate) async fn run(client: &Client, command: JobCommand) -> Result<ExitCode
         Err(e @ redquorum::Error::LeaseLost { .. }) => {
             eprintln!(
                 "redquorum: job {name:?}, period {period:?}: the command succeeded but the \
-                 job's lease was lost before the period was recorded ({e}); it does not count \
-                 as done (another host may run it, or a later run may find it done)"
+                 job's lease was lost before its record counted ({e}); the period may or may \
+                 not count as done (a record that reached a majority late still counts; one \
+                 refused by a later holder does not, and that host runs it)"
             );
             Ok(Ended::LeaseLost.code())
         }
@@ -169,6 +170,12 @@ async fn begin(
         Ok(Err(e @ redquorum::Error::LockLooksAbandoned { .. })) => {
             eprintln!("redquorum: job {name:?}, period {period:?}: not run: {e}");
             return Ok(Err(ExitCode::from(crate::failure::LOOKS_ABANDONED)));
+        }
+        // The lease lost while the period was being marked begun: nothing run, exit 4 as for
+        // any lost lease.
+        Ok(Err(e @ redquorum::Error::LeaseLost { .. })) => {
+            eprintln!("redquorum: job {name:?}, period {period:?}: not run: {e}");
+            return Ok(Err(Ended::LeaseLost.code()));
         }
         Ok(started) => started?,
         Err(code) => {

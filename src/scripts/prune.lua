@@ -5,7 +5,7 @@
 -- KEYS[2]  the node marker (rq:marker), see id_propose.lua.
 -- ARGV[1]  threshold: fields whose value is below it are deleted (0: none by value).
 -- ARGV[2]  keep: then, while more than this many fields remain, the lowest-valued ones are
---          deleted (0: no limit).
+--          deleted (0: no limit); among equal values, begin marks first.
 -- ARGV[3]  expected marker, or "*" (test-only).
 --
 -- Returns  the number of fields deleted; -1 when the marker check failed (nothing changed).
@@ -28,7 +28,19 @@ for i = 1, #all, 2 do
   end
 end
 if keep > 0 and #fields > keep then
-  table.sort(fields, function(a, b) return a[2] < b[2] end)
+  -- Lowest value first; among equal values a job's begin mark (a field starting with the unit
+  -- separator, byte 31) before the record of the same run, then by name: a record is never
+  -- dropped while the begin mark of its own run stays.
+  table.sort(fields, function(a, b)
+    if a[2] ~= b[2] then
+      return a[2] < b[2]
+    end
+    local am, bm = string.byte(a[1], 1) == 31, string.byte(b[1], 1) == 31
+    if am ~= bm then
+      return am
+    end
+    return a[1] < b[1]
+  end)
   for i = 1, #fields - keep do
     redis.call('HDEL', KEYS[1], fields[i][1])
     deleted = deleted + 1

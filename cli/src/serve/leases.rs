@@ -181,7 +181,15 @@ async fn complete(
                 Ok(token) => {
                     Ok(json!({"event": "completed", "recorded": true, "token": token.get()}))
                 }
-                Err(e) => Err(ApiError::from_lib(e, None)),
+                // A record that went out may have counted (one a majority applied late still
+                // does for later readers): the answer says the outcome is unknown.
+                Err(e) => {
+                    let mut e = ApiError::from_lib(e, None);
+                    if e.code == "lease_lost" {
+                        e.outcome_unknown = true;
+                    }
+                    Err(e)
+                }
             };
             let shown = match &event {
                 Ok(v) => v.clone(),
