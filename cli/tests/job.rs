@@ -420,7 +420,7 @@ async fn job_run_whose_lease_lapsed_before_its_record_exits_4_and_the_day_runs_a
     );
     assert!(
         a.stderr
-            .contains("lease was lost before the period was recorded"),
+            .contains("lease was lost before its record counted"),
         "{a:?}"
     );
     assert_eq!(
