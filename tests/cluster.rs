@@ -175,10 +175,22 @@ async fn changing_the_node_list_keeps_order_and_an_old_list_client_follows_it() 
         change.marked
     );
     assert_eq!(change.marked, 5, "every new node is raised and marked");
+    // A, running through the change, follows it (issue 43): its next ID, asked while its old
+    // list is sealed, is issued through the five nodes and follows its last.
+    let next_a = ids_a
+        .next_id()
+        .await
+        .expect("a running client of the old list follows the change");
     assert!(
-        ids_a.next_id().await.is_err(),
-        "a client of the old list gets no majority after the change"
+        next_a > last_a,
+        "A's ID {next_a} after the change must follow its last {last_a}"
     );
+    assert_eq!(
+        sorted(&a.node_urls()),
+        sorted(&all),
+        "A works through the new cluster's five nodes"
+    );
+    last_a = next_a;
     // A new client still configured with the old list follows the change.
     let follower = common::connect(config(&first_three, true))
         .await
