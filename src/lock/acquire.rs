@@ -468,23 +468,40 @@ impl Lock {
     /// `Config::with_foreign_copies_counted_on_release_for_tests`): a node that deleted
     /// nothing (it holds another holder's copy, or none) counts as one that deleted this one.
     async fn release_in(&self, value: &Arc<str>, mode: Mode, foreign_counted: bool) -> usize {
-        let inner = &self.inner;
-        // No marker check: deleting one's own copy is safe on any node, verified or not.
-        let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
-            .key(&inner.key)
-            .key(&inner.fence_key)
-            .key(&inner.floor_key)
-            .arg(&**value)
-            .arg(&inner.channel)
-            .arg(mode.script_arg())
+        let step = self
+            .release_call(value, mode.script_arg())
             .decode(move |_, v| match decode::one_applied(v) {
                 Ok(NodeOutcome::Rejected(())) if foreign_counted => Ok(NodeOutcome::Applied(())),
                 other => other,
             });
+        self.send_release(step).await
+    }
+
+    /// `lock_release.lua` on this lock's keys for the copy `value`, in `mode` (further
+    /// arguments and the decoder are the caller's). No marker check: deleting one's own copy
+    /// is safe on any node, verified or not.
+    pub(super) fn release_call(
+        &self,
+        value: &str,
+        mode: &'static str,
+    ) -> crate::client::ScriptCall {
+        let inner = &self.inner;
+        script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
+            .key(&inner.key)
+            .key(&inner.fence_key)
+            .key(&inner.floor_key)
+            .arg(value)
+            .arg(&inner.channel)
+            .arg(mode)
+    }
+
+    /// Send a release step to every node (also nodes that did not answer the round: they
+    /// may have applied), finishing in the background; how many applied it when decided.
+    pub(super) async fn send_release(&self, step: Step<()>) -> usize {
         let request = Request::any_node("lock.release", Targets::All)
-            .within(inner.node_deadline)
+            .within(self.inner.node_deadline)
             .finishing_in_background();
-        inner.client.send(request, step).await.applied()
+        self.inner.client.send(request, step).await.applied()
     }
 
     /// The collect a kept fence owes: once this handle has released nothing for the fold

@@ -33,28 +33,18 @@ impl Lock {
     /// Cancel safety: an undo dropped before its decision may not reach every node; its
     /// callers (the round, and a dropped round's guard, `UndoRound`) send it in the background.
     pub(super) async fn undo_round(&self, value: &Arc<str>, token: u64) -> usize {
-        let inner = &self.inner;
-        let (mode, token) = if inner.rollback_undone_rounds {
+        let (mode, token) = if self.inner.rollback_undone_rounds {
             ("undo", token.to_string())
         } else {
             // The TEST-ONLY rule before issue 43: fold everywhere.
             ("fold", String::new())
         };
-        // No marker check: deleting one's own copy is safe on any node, verified or not, and
-        // a rollback is decided by what the node's own keys say (see `lock_release.lua`).
-        let step = script_call(&LOCK_RELEASE, Guard::None("deleting one's own copy"))
-            .key(&inner.key)
-            .key(&inner.fence_key)
-            .key(&inner.floor_key)
-            .arg(&**value)
-            .arg(&inner.channel)
-            .arg(mode)
+        // A rollback is decided by what the node's own keys say (see `lock_release.lua`).
+        let step = self
+            .release_call(value, mode)
             .arg(token)
             .decode(|_, v| decode_undo(v));
-        let request = Request::any_node("lock.release", Targets::All)
-            .within(inner.node_deadline)
-            .finishing_in_background();
-        inner.client.send(request, step).await.applied()
+        self.send_release(step).await
     }
 }
 
