@@ -316,16 +316,7 @@ async fn job_run_after_a_crashed_or_cut_off_run_runs_the_period_again() {
         "after the crash the next cron run exited {:?} in {took:?}",
         b.code
     );
-    // The crashed run's report (its own process group) outlived it: stop it.
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    kill_pid_in(&pidfile);
     assert_eq!(
         b.code,
         Some(0),
@@ -497,16 +488,7 @@ async fn job_run_one_shot_with_a_short_ttl_outwaits_a_crashed_runs_longer_lease(
     let b = Ran::of(cron.wait_with_output().await.unwrap());
     let took = started.elapsed();
     println!("the one-shot cron run exited {:?} after {took:?}", b.code);
-    // The crashed run's report (its own process group) may outlive it: stop it.
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    kill_pid_in(&pidfile);
     assert_eq!(
         b.code,
         Some(0),
@@ -525,5 +507,20 @@ async fn job_run_one_shot_with_a_short_ttl_outwaits_a_crashed_runs_longer_lease(
     assert!(
         took < stored + Duration::from_secs(15),
         "within about that TTL plus drift: {took:?}"
+    );
+}
+
+/// SIGKILL the process whose pid `pidfile` holds: a crashed run's command, which its killed
+/// supervisor takes along (`cli/tests/supervisor_death.rs`); this only makes sure a regression
+/// leaves no process behind.
+fn kill_pid_in(pidfile: &Path) {
+    let pid: i32 = std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
     );
 }

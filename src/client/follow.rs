@@ -1,8 +1,8 @@
 //! A running client follows a change of its node list: the swap of the list every request of
 //! every clone runs on, verified exactly as [`Client::connect`] verifies a successor.
 //!
-//! The argument (what is guaranteed during the switch) is in `src/repair/mod.rs`, "A running
-//! client follows a change".
+//! The argument (what is guaranteed during the switch) is in `src/client/mod.rs`, "A running
+//! client follows a change of its node list".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -28,7 +28,8 @@
 //!    descriptor that descends from a cluster of exactly this list, every seal must name it or
 //!    one of its predecessors (`cluster::follow`), and a client built from its node list (this
 //!    configuration's password and TLS settings) must adopt it, i.e. its nodes hold its
-//!    descriptor and are marked for it. Only then is the cell's list replaced, whole, and the
+//!    descriptor (not necessarily marked yet: a change interrupted before its marks is
+//!    followed, and the old majority is sealed either way). Only then is the cell's list replaced, whole, and the
 //!    next request of every clone runs on the new one; its unmarked nodes are repaired in the
 //!    background as at connect. A refused look is logged at warn and changes nothing.
 //!
